@@ -1,0 +1,3 @@
+from fasttts_cli.cli import main
+
+main()

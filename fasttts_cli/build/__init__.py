@@ -1,0 +1,1 @@
+"""Build side: weight-compatible PyTorch modules, checkpoint loading, export. Needs the `build` extra."""

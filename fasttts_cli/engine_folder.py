@@ -1,0 +1,115 @@
+"""The engine folder: a self-contained, self-describing directory of built components.
+
+Layout (see engines/README.md): `manifest.json`, one file per component (`gpt.onnx`, ...), the
+tokenizer, and the small tensors the runtime needs as `.npy`. The runtime reads nothing else:
+never the checkpoint directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fasttts_cli.errors import EngineMismatchError, MissingDependencyError
+
+MANIFEST = "manifest.json"
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ComponentEntry:
+    file: str  # relative to the engine folder
+    backend: str
+    precision: str
+    inputs: dict[str, list[Any]] = field(default_factory=dict)  # name -> shape (ints or axis names)
+    outputs: dict[str, list[Any]] = field(default_factory=dict)
+    sha256: str = ""
+
+
+@dataclass(frozen=True)
+class Manifest:
+    model_id: str  # e.g. "indextts2"
+    model_version: str  # e.g. "2.0"
+    checkpoint_digest: str
+    preset: str
+    preset_build_keys: dict[str, Any]
+    components: dict[str, ComponentEntry]
+    opset: int | None = None
+    tool_version: str = ""
+    files: dict[str, str] = field(default_factory=dict)  # auxiliary files: tokenizer, .npy tensors
+    config: dict[str, Any] = field(default_factory=dict)  # model sizes/constants the runtime needs
+    s2mel_cache_policy: dict[str, Any] | None = None
+    format_version: int = FORMAT_VERSION
+
+    def identity(self) -> str:
+        """Stable string for cache keys: changes whenever the engine's output could change."""
+        comp = ",".join(f"{k}:{v.backend}/{v.precision}/{v.sha256[:12]}" for k, v in sorted(self.components.items()))
+        pol = json.dumps(self.s2mel_cache_policy, sort_keys=True) if self.s2mel_cache_policy else "-"
+        return f"{self.model_id}-{self.model_version}@{self.checkpoint_digest[:16]}|{self.preset}|{comp}|{pol}"
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True)
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> Manifest:
+        d = dict(d)
+        d["components"] = {k: ComponentEntry(**v) for k, v in d.get("components", {}).items()}
+        return Manifest(**d)
+
+
+def write_manifest(folder: Path, manifest: Manifest) -> Path:
+    """Write atomically: a crash mid-write never leaves a half manifest that looks valid."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / (MANIFEST + ".tmp")
+    tmp.write_text(manifest.to_json(), encoding="utf-8")
+    os.replace(tmp, folder / MANIFEST)
+    return folder / MANIFEST
+
+
+def read_manifest(folder: Path, *, expect_model: str | None = None) -> Manifest:
+    path = folder / MANIFEST
+    if not folder.is_dir():
+        raise MissingDependencyError(f"{folder}: engine folder not found", hint="build one with `fasttts build`")
+    if not path.is_file():
+        raise MissingDependencyError(f"{path}: missing; {folder} is not an engine folder")
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise EngineMismatchError(f"{path}: unreadable manifest: {e}") from None
+    fv = raw.get("format_version")
+    if fv != FORMAT_VERSION:
+        raise EngineMismatchError(
+            f"{path}: engine format_version {fv!r}, this fasttts reads {FORMAT_VERSION}",
+            hint="rebuild the engine with this version of `fasttts build`",
+        )
+    try:
+        m = Manifest.from_dict(raw)
+    except TypeError as e:
+        raise EngineMismatchError(f"{path}: manifest does not match the expected schema: {e}") from None
+    if expect_model is not None and m.model_id != expect_model:
+        raise EngineMismatchError(f"{path}: engine is for model {m.model_id!r}, expected {expect_model!r}")
+    for name, comp in m.components.items():
+        if not (folder / comp.file).exists():
+            raise EngineMismatchError(f"{folder}: component {name!r} file {comp.file} is missing")
+    for key, rel in m.files.items():
+        if not (folder / rel).exists():
+            raise EngineMismatchError(f"{folder}: file {rel} ({key}) listed in the manifest is missing")
+    return m
+
+
+def check_preset_matches(manifest: Manifest, preset_name: str, build_keys: dict[str, Any], folder: Path) -> None:
+    """A run-time preset may change run-time keys only; build-time keys must equal the engine's."""
+    if build_keys != manifest.preset_build_keys:
+        diff = [
+            k
+            for k in sorted(set(build_keys) | set(manifest.preset_build_keys))
+            if build_keys.get(k) != manifest.preset_build_keys.get(k)
+        ]
+        raise EngineMismatchError(
+            f"{folder}: engine was built with preset {manifest.preset!r}; preset {preset_name!r} differs in "
+            f"build-time keys: {', '.join(diff)}",
+            hint=f"use --preset {manifest.preset} or rebuild the engine with --preset {preset_name}",
+        )
