@@ -46,9 +46,13 @@ class Manifest:
 
     def identity(self) -> str:
         """Stable string for cache keys: changes whenever the engine's output could change."""
-        comp = ",".join(f"{k}:{v.backend}/{v.precision}/{v.sha256[:12]}" for k, v in sorted(self.components.items()))
+        comp = ",".join(
+            f"{k}:{v.backend}/{v.precision}/{v.sha256[:12]}" for k, v in sorted(self.components.items())
+        )
         pol = json.dumps(self.s2mel_cache_policy, sort_keys=True) if self.s2mel_cache_policy else "-"
-        return f"{self.model_id}-{self.model_version}@{self.checkpoint_digest[:16]}|{self.preset}|{comp}|{pol}"
+        return (
+            f"{self.model_id}-{self.model_version}@{self.checkpoint_digest[:16]}|{self.preset}|{comp}|{pol}"
+        )
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True)
@@ -72,7 +76,9 @@ def write_manifest(folder: Path, manifest: Manifest) -> Path:
 def read_manifest(folder: Path, *, expect_model: str | None = None) -> Manifest:
     path = folder / MANIFEST
     if not folder.is_dir():
-        raise MissingDependencyError(f"{folder}: engine folder not found", hint="build one with `fasttts build`")
+        raise MissingDependencyError(
+            f"{folder}: engine folder not found", hint="build one with `fasttts build`"
+        )
     if not path.is_file():
         raise MissingDependencyError(f"{path}: missing; {folder} is not an engine folder")
     try:
@@ -100,7 +106,9 @@ def read_manifest(folder: Path, *, expect_model: str | None = None) -> Manifest:
     return m
 
 
-def check_preset_matches(manifest: Manifest, preset_name: str, build_keys: dict[str, Any], folder: Path) -> None:
+def check_preset_matches(
+    manifest: Manifest, preset_name: str, build_keys: dict[str, Any], folder: Path
+) -> None:
     """A run-time preset may change run-time keys only; build-time keys must equal the engine's."""
     if build_keys != manifest.preset_build_keys:
         diff = [

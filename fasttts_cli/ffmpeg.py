@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import functools
-import re
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -36,7 +36,9 @@ def ffmpeg_path() -> str:
 @functools.cache
 def ffmpeg_filters() -> frozenset[str]:
     """Names of the filters this ffmpeg build has (e.g. to know whether `rubberband` is there)."""
-    out = subprocess.run([ffmpeg_path(), "-hide_banner", "-filters"], capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        [ffmpeg_path(), "-hide_banner", "-filters"], capture_output=True, text=True, check=False
+    )
     names = set()
     for line in out.stdout.splitlines():
         # Rows look like " TS aap   AA->A   description": flags, name, in->out, text.

@@ -75,7 +75,9 @@ class Preset:
     def run_keys(self) -> dict[str, Any]:
         return {"decode": asdict(self.decode), "s2mel": asdict(self.s2mel)}
 
-    def with_run_keys(self, decode: dict[str, Any] | None = None, s2mel: dict[str, Any] | None = None) -> Preset:
+    def with_run_keys(
+        self, decode: dict[str, Any] | None = None, s2mel: dict[str, Any] | None = None
+    ) -> Preset:
         return replace(
             self,
             decode=replace(self.decode, **(decode or {})),
@@ -144,20 +146,28 @@ def parse_preset(path: Path) -> Preset:
     known = {"name", "description", "components", "limits", "decode", "s2mel"}
     for k in data:
         if k not in known:
-            raise InputError(path, f"unknown top-level key {k!r}", hint=f"allowed: {', '.join(sorted(known))}")
+            raise InputError(
+                path, f"unknown top-level key {k!r}", hint=f"allowed: {', '.join(sorted(known))}"
+            )
     comps: dict[str, ComponentSpec] = {}
     for cname, spec in (data.get("components") or {}).items():
         if cname not in COMPONENTS:
-            raise InputError(path, f"unknown component components.{cname}", hint=f"allowed: {', '.join(COMPONENTS)}")
+            raise InputError(
+                path, f"unknown component components.{cname}", hint=f"allowed: {', '.join(COMPONENTS)}"
+            )
         if not isinstance(spec, dict):
             raise InputError(path, f"components.{cname} must be a table")
         backend = spec.get("backend", "onnxruntime-cpu")
         precision = spec.get("precision", "fp32")
         if backend not in BACKENDS:
-            raise InputError(path, f"components.{cname}.backend = {backend!r}", hint=f"allowed: {', '.join(BACKENDS)}")
+            raise InputError(
+                path, f"components.{cname}.backend = {backend!r}", hint=f"allowed: {', '.join(BACKENDS)}"
+            )
         if precision not in PRECISIONS:
             raise InputError(
-                path, f"components.{cname}.precision = {precision!r}", hint=f"allowed: {', '.join(PRECISIONS)}"
+                path,
+                f"components.{cname}.precision = {precision!r}",
+                hint=f"allowed: {', '.join(PRECISIONS)}",
             )
         extra = {k: v for k, v in spec.items() if k not in ("backend", "precision")}
         comps[cname] = ComponentSpec(backend=backend, precision=precision, options=extra)

@@ -21,7 +21,9 @@ class EmotionSpec:
     """How to steer emotion. Default: taken from the speaker audio itself."""
 
     audio: Path | None = None  # separate emotion reference
-    vector: tuple[float, ...] | None = None  # 8 values: happy, angry, sad, afraid, disgusted, melancholic, surprised, calm
+    vector: tuple[float, ...] | None = (
+        None  # 8 values: happy, angry, sad, afraid, disgusted, melancholic, surprised, calm
+    )
     alpha: float = 1.0  # blend strength of the emotion reference
 
     def key(self) -> str:
@@ -84,7 +86,9 @@ class Synthesizer(Protocol):
         """Tokens the engine will see for `text`; needs only the tokenizer (for planning)."""
         ...
 
-    def prepare_voice(self, path: Path, *, name: str | None = None, emotion: EmotionSpec | None = None) -> Voice:
+    def prepare_voice(
+        self, path: Path, *, name: str | None = None, emotion: EmotionSpec | None = None
+    ) -> Voice:
         """Validate the reference audio and compute (or load cached) conditioning."""
         ...
 

@@ -79,7 +79,15 @@ def checkpoint_for(seed: int, folder: Path | None = None) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (out / "make_checkpoint.json").is_file():
             subprocess.run(
-                [sys.executable, str(folder / "make_checkpoint.py"), str(out), "--spec", str(folder), "--seed", str(seed)],
+                [
+                    sys.executable,
+                    str(folder / "make_checkpoint.py"),
+                    str(out),
+                    "--spec",
+                    str(folder),
+                    "--seed",
+                    str(seed),
+                ],
                 check=True,
                 stdout=subprocess.DEVNULL,
             )

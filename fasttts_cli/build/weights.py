@@ -34,7 +34,9 @@ def strict_load(
     unexpected = [k for k in state if k not in own]
     if missing:
         raise CheckpointKeyError(
-            file, f"missing key {prefix}{missing[0]}" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
+            file,
+            f"missing key {prefix}{missing[0]}"
+            + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""),
         )
     if unexpected:
         raise CheckpointKeyError(
@@ -46,7 +48,8 @@ def strict_load(
     for k, v in own.items():
         if tuple(state[k].shape) != tuple(v.shape):
             raise CheckpointKeyError(
-                file, f"key {prefix}{k} has shape {tuple(state[k].shape)}, config.yaml implies {tuple(v.shape)}"
+                file,
+                f"key {prefix}{k} has shape {tuple(state[k].shape)}, config.yaml implies {tuple(v.shape)}",
             )
     module.load_state_dict(state, strict=True)
 
@@ -54,7 +57,9 @@ def strict_load(
 def torch_load(path: Path) -> object:
     """torch.load with weights_only (no arbitrary pickle code), mapping errors to a clear message."""
     if not path.is_file():
-        raise InputError(path, "file not found", hint="check the checkpoint directory or the flag pointing at it")
+        raise InputError(
+            path, "file not found", hint="check the checkpoint directory or the flag pointing at it"
+        )
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises many types for corrupt files

@@ -1,0 +1,105 @@
+"""w2v-BERT 2.0 semantic features, cut at the layer IndexTTS-2 reads (hidden_states[17]), plus its stats.
+
+transformers' `Wav2Vec2BertModel` supplies the layers (so the official `hf_cache/w2v-bert-2.0` snapshot
+loads unchanged); only the first 17 encoder layers are built and run, since `hidden_states[17]` is the
+output of encoder layer 17 and the original discards the rest. The wrapper drives the layers itself with a
+plain additive key mask instead of calling `model.forward`, so the graph has no mask-building helpers and
+exports cleanly to ONNX with dynamic batch and time axes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from fasttts_cli.build.weights import strict_load, torch_load
+from fasttts_cli.errors import InputError
+
+W2V_LAYER = 17  # the original uses hidden_states[17]: the output of encoder layer 17 (index 0 = projection)
+
+
+class W2VBertFeatures(nn.Module):
+    """`(input_features (B,T,160) f32, attention_mask (B,T) int64) -> spk_cond_emb (B,T,1024) f32`.
+
+    spk_cond_emb = (hidden_states[layer] - mean) / sqrt(var), without epsilon, as the original computes it.
+    Padded frames (mask 0) are zeroed before the encoder and masked as attention keys, exactly as
+    transformers does, so each row equals its unpadded computation on its valid frames.
+    """
+
+    def __init__(self, model: nn.Module, mean: torch.Tensor, var: torch.Tensor, layer: int = W2V_LAYER):
+        super().__init__()
+        if len(model.encoder.layers) < layer:
+            raise ValueError(f"w2v-BERT has {len(model.encoder.layers)} layers, layer {layer} is needed")
+        self.model = model
+        self.layer = layer
+        self.register_buffer("mean", mean.detach().float().reshape(-1).clone())
+        self.register_buffer("std", torch.sqrt(var.detach().float().reshape(-1)))
+
+    def hidden(self, input_features: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(hidden_states[0], hidden_states[layer]) before normalisation."""
+        h, _ = self.model.feature_projection(input_features)
+        valid = attention_mask.to(torch.bool)
+        h = h.masked_fill(~valid.unsqueeze(-1), 0.0)
+        h0 = h
+        # additive key mask (B,1,1,T): 0 where valid, the dtype's minimum where padded
+        key_mask = (~valid).to(h.dtype)[:, None, None, :] * torch.finfo(h.dtype).min
+        for block in self.model.encoder.layers[: self.layer]:
+            h = block(h, attention_mask=key_mask, relative_position_embeddings=None, conv_attention_mask=attention_mask)
+        return h0, h
+
+    def forward(self, input_features: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        _, h = self.hidden(input_features, attention_mask)
+        return (h - self.mean) / self.std
+
+
+def _w2v_config(folder: Path, layer: int):
+    from transformers import Wav2Vec2BertConfig
+
+    cfg_path = folder / "config.json"
+    if not cfg_path.is_file():
+        raise InputError(cfg_path, "file not found", hint="the w2v-bert-2.0 folder needs config.json")
+    cfg = Wav2Vec2BertConfig.from_json_file(str(cfg_path))
+    if cfg.position_embeddings_type != "relative_key":
+        # The other types are transformers features IndexTTS-2 never used; reject rather than guess.
+        raise InputError(cfg_path, f"position_embeddings_type {cfg.position_embeddings_type!r} is not supported")
+    if cfg.num_hidden_layers < layer:
+        raise InputError(cfg_path, f"num_hidden_layers is {cfg.num_hidden_layers}; layer {layer} is needed")
+    cfg.num_hidden_layers = layer  # layers past `layer` are never built nor run
+    cfg.add_adapter = False
+    cfg._attn_implementation = "eager"  # position bias + plain additive mask; traces/exports as matmuls
+    return cfg
+
+
+def load_w2v_bert(folder: Path | str, stats_path: Path | str, layer: int = W2V_LAYER) -> W2VBertFeatures:
+    """Load `hf_cache/w2v-bert-2.0` (config.json + model.safetensors) and `wav2vec2bert_stats.pt`, strictly.
+
+    Keys of encoder layers past `layer` are skipped; any other missing/unexpected key is an error naming it.
+    """
+    from safetensors.torch import load_file
+    from transformers import Wav2Vec2BertModel
+
+    folder, stats_path = Path(folder), Path(stats_path)
+    cfg = _w2v_config(folder, layer)
+    weights = folder / "model.safetensors"
+    if not weights.is_file():
+        raise InputError(weights, "file not found", hint="the w2v-bert-2.0 folder needs model.safetensors")
+    state = load_file(str(weights))
+    state = {k.removeprefix("wav2vec2_bert."): v for k, v in state.items()}  # hub snapshots may carry it
+    n_file = 1 + max((int(k.split(".")[2]) for k in state if k.startswith("encoder.layers.")), default=-1)
+    with torch.device("meta"):
+        model = Wav2Vec2BertModel(cfg)
+    model = model.to_empty(device="cpu")
+    skip = [f"encoder.layers.{i}." for i in range(layer, n_file)]
+    strict_load(model, state, weights, ignore=skip)
+    model.eval()
+
+    stats = torch_load(stats_path)
+    if not isinstance(stats, dict) or "mean" not in stats or "var" not in stats:
+        raise InputError(stats_path, "expected a dict with 'mean' and 'var'")
+    hidden = cfg.hidden_size
+    for k in ("mean", "var"):
+        if stats[k].numel() != hidden:
+            raise InputError(stats_path, f"'{k}' has {stats[k].numel()} values, w2v-BERT width is {hidden}")
+    return W2VBertFeatures(model, stats["mean"], stats["var"], layer).eval()

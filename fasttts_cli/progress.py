@@ -1,0 +1,212 @@
+"""Progress for people (rich bars on stderr when it is a terminal) and for programs (JSON Lines).
+
+Nothing here writes to stdout: stdout carries only the final JSON object of `--json`.
+
+JSONL events, one object per line, each with "event" and "t" (seconds since start):
+    start        {"command", "version"}
+    plan         {"lines", "batches", "to_synthesize", "cached", "work_dir"}
+    stage        {"name", "status": "start"|"done", "seconds"}
+    batch_start  {"batch", "lines"}
+    batch_done   {"batch", "lines", "seconds", "audio_seconds", "rtf"}
+    line_done    {"line", "cached", "duration", "rtf", "retries", "error"}
+    warning      {"message"}
+    done         {"ok": true, ...summary}
+    error        {"ok": false, "error", "exit_code"}
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any, TextIO
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+LOG = logging.getLogger("fasttts")
+
+QUIET, NORMAL, VERBOSE = 0, 1, 2
+
+
+def setup_logging(verbosity: int) -> None:
+    """Log to stderr only: warnings when quiet, info normally, debug with -v."""
+    level = {QUIET: logging.ERROR, NORMAL: logging.INFO}.get(verbosity, logging.DEBUG)
+    LOG.handlers.clear()
+    h = logging.StreamHandler(sys.stderr)
+    h.setFormatter(logging.Formatter("fasttts: %(message)s"))
+    LOG.addHandler(h)
+    LOG.setLevel(level)
+    LOG.propagate = False
+
+
+class Reporter:
+    """Collects warnings and stage timings, emits JSONL events, drives the progress bars."""
+
+    def __init__(
+        self,
+        *,
+        verbosity: int = NORMAL,
+        jsonl: str | None = None,
+        bars: bool | None = None,
+        stderr: TextIO | None = None,
+    ) -> None:
+        self.verbosity = verbosity
+        self.stderr = stderr or sys.stderr
+        self.t0 = time.monotonic()
+        self.warnings: list[str] = []
+        self.timings: dict[str, float] = {}
+        self._jsonl: TextIO | None = None
+        self._own_jsonl = False
+        if jsonl == "-":
+            self._jsonl = self.stderr
+        elif jsonl:
+            # Line-buffered so a tail -f or a wrapper sees each event as it happens.
+            self._jsonl = open(jsonl, "w", encoding="utf-8", buffering=1)  # noqa: SIM115
+            self._own_jsonl = True
+        if bars is None:
+            bars = _isatty(self.stderr) and verbosity >= NORMAL and jsonl != "-"
+        self.bars = bars
+        self._progress: Progress | None = None
+        self._tasks: dict[str, TaskID] = {}
+        self._audio_s = 0.0
+        self._synth_s = 0.0
+
+    # ---- events and messages ----
+
+    def event(self, kind: str, **data: Any) -> None:
+        if self._jsonl is None:
+            return
+        rec = {"event": kind, "t": round(time.monotonic() - self.t0, 3), **data}
+        self._jsonl.write(json.dumps(rec, ensure_ascii=False, default=str) + "\n")
+        self._jsonl.flush()
+
+    def info(self, msg: str) -> None:
+        if self.verbosity >= NORMAL:
+            self._print(f"fasttts: {msg}")
+
+    def debug(self, msg: str) -> None:
+        if self.verbosity >= VERBOSE:
+            self._print(f"fasttts: {msg}")
+
+    def warn(self, msg: str) -> None:
+        self.warnings.append(msg)
+        self.event("warning", message=msg)
+        if self.verbosity >= NORMAL:
+            self._print(f"fasttts: warning: {msg}")
+
+    def _print(self, text: str) -> None:
+        if self._progress is not None:
+            self._progress.console.print(text, markup=False, highlight=False)
+        else:
+            print(text, file=self.stderr, flush=True)
+
+    @contextlib.contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        """Time a stage; the timing lands in the JSON result whether the stage succeeds or not."""
+        self.event("stage", name=name, status="start")
+        self.debug(f"{name}...")
+        t = time.monotonic()
+        try:
+            yield
+        finally:
+            dt = time.monotonic() - t
+            self.timings[name] = round(self.timings.get(name, 0.0) + dt, 3)
+            self.event("stage", name=name, status="done", seconds=round(dt, 3))
+
+    # ---- synthesis progress ----
+
+    def begin_synthesis(self, n_lines: int, n_batches: int) -> None:
+        self._audio_s = self._synth_s = 0.0
+        if not self.bars or n_lines == 0:
+            return
+        self._progress = Progress(
+            TextColumn("{task.description:<8}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            TextColumn("{task.fields[rtf]}"),
+            console=Console(file=self.stderr, stderr=True),
+            transient=False,
+        )
+        self._progress.start()
+        self._tasks["lines"] = self._progress.add_task("lines", total=n_lines, rtf="")
+        self._tasks["batches"] = self._progress.add_task("batches", total=n_batches, rtf="")
+
+    def batch_start(self, batch: int, n_lines: int) -> None:
+        self.event("batch_start", batch=batch, lines=n_lines)
+
+    def batch_done(self, batch: int, n_lines: int, seconds: float, audio_seconds: float) -> None:
+        self._synth_s += seconds
+        self._audio_s += audio_seconds
+        rtf = seconds / audio_seconds if audio_seconds > 0 else None
+        self.event(
+            "batch_done",
+            batch=batch,
+            lines=n_lines,
+            seconds=round(seconds, 3),
+            audio_seconds=round(audio_seconds, 3),
+            rtf=None if rtf is None else round(rtf, 4),
+        )
+        if self._progress is not None:
+            total_rtf = self._synth_s / self._audio_s if self._audio_s else 0.0
+            self._progress.update(self._tasks["batches"], advance=1, rtf=f"RTF {total_rtf:.3f}")
+
+    def line_done(
+        self,
+        line: int,
+        *,
+        cached: bool,
+        duration: float | None,
+        rtf: float | None,
+        retries: int = 0,
+        error: str | None = None,
+    ) -> None:
+        self.event(
+            "line_done",
+            line=line,
+            cached=cached,
+            duration=None if duration is None else round(duration, 3),
+            rtf=None if rtf is None else round(rtf, 4),
+            retries=retries,
+            error=error,
+        )
+        if self._progress is not None and not cached:
+            self._progress.update(self._tasks["lines"], advance=1)
+
+    def end_synthesis(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+    @property
+    def synthesis_rtf(self) -> float | None:
+        """Synthesis seconds per second of audio over the run (lower is faster)."""
+        return self._synth_s / self._audio_s if self._audio_s else None
+
+    def close(self) -> None:
+        self.end_synthesis()
+        if self._own_jsonl and self._jsonl is not None:
+            self._jsonl.close()
+        self._jsonl = None
+
+
+def _isatty(f: TextIO) -> bool:
+    try:
+        return f.isatty()
+    except (AttributeError, ValueError, io.UnsupportedOperation):
+        return False
