@@ -139,7 +139,12 @@ def check_engines() -> list[Check]:
         try:
             m = read_manifest(p)
             rows.append(
-                Check("engines", f"engine {p.name}", OK, f"{p}: {m.model_id} {m.model_version}, preset {m.preset}")
+                Check(
+                    "engines",
+                    f"engine {p.name}",
+                    OK,
+                    f"{p}: {m.model_id} {m.model_version}, preset {m.preset}",
+                )
             )
         except FastTTSError as e:
             rows.append(Check("engines", f"engine {p.name}", WARN, e.message, e.hint or ""))
@@ -166,7 +171,9 @@ def check_runtimes() -> list[Check]:
     ort = _dist_version("onnxruntime") or _dist_version("onnxruntime-gpu")
     if ort is None:
         rows.append(
-            Check("runtime", "onnxruntime", MISSING, "not installed", "pip install onnxruntime", required=True)
+            Check(
+                "runtime", "onnxruntime", MISSING, "not installed", "pip install onnxruntime", required=True
+            )
         )
     else:
         try:
@@ -180,7 +187,13 @@ def check_runtimes() -> list[Check]:
     tv = _dist_version("torch")
     if tv is None:
         rows.append(
-            Check("runtime", "torch", INFO, "not installed (needed only to build engines)", "pip install -e '.[build]'")
+            Check(
+                "runtime",
+                "torch",
+                INFO,
+                "not installed (needed only to build engines)",
+                "pip install -e '.[build]'",
+            )
         )
     else:
         try:
@@ -223,7 +236,9 @@ def check_runtimes() -> list[Check]:
             "TensorRT-LLM",
             OK if located else INFO,
             trtllm or "not installed (GPT stage on GPU only)",
-            "" if located else "see README: TensorRT-LLM installs from NVIDIA's index into its own environment",
+            ""
+            if located
+            else "see README: TensorRT-LLM installs from NVIDIA's index into its own environment",
         )
     )
     return rows
@@ -248,14 +263,18 @@ def run_doctor() -> dict[str, Any]:
         except Exception as e:  # a broken check must not hide the others
             checks.append(Check("doctor", fn.__name__, WARN, f"check failed: {type(e).__name__}: {e}"))
     engines_ok = any(
-        c.status == OK and c.area == "engines" and (c.name.startswith("engine ") or c.name.startswith("draft"))
+        c.status == OK
+        and c.area == "engines"
+        and (c.name.startswith("engine ") or c.name.startswith("draft"))
         for c in checks
     )
     missing_required = [c for c in checks if c.required and c.status == MISSING]
     ok = not missing_required and engines_ok
     problems = [f"{c.name}: {c.detail}" for c in missing_required]
     if not engines_ok:
-        problems.append("no engine: neither an IndexTTS-2 engine folder nor the draft voice (piper) is usable")
+        problems.append(
+            "no engine: neither an IndexTTS-2 engine folder nor the draft voice (piper) is usable"
+        )
     return {
         "ok": ok,
         "command": "doctor",

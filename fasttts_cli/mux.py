@@ -120,6 +120,17 @@ def _dub_codec(container: str, channels: int) -> list[str]:
     return ["aac", rate]
 
 
+def _relabel(i: int, layout: str, channels: int, encoder: str) -> list[str]:
+    """Filter options naming output audio stream i's layout without remixing (channelmap renames only).
+
+    libopus takes 5.1 but not 5.1(side); the side and back pairs are the same two speakers in a home setup."""
+    if encoder == "libopus" and layout == "5.1(side)":
+        layout = "5.1"
+    if channels != 6 or layout not in ("5.1", "5.1(side)"):
+        return []
+    return [f"-filter:a:{i}", f"channelmap=map=0|1|2|3|4|5:channel_layout={layout}"]
+
+
 @functools.cache
 def _encoders() -> frozenset[str]:
     out = subprocess.run(
@@ -236,12 +247,15 @@ def mux(
     subtitles: Path | None = None,
     original_lang: str | None = None,
     subtitle_lang: str | None = None,
+    dub_layout: str | None = None,
     warnings: list[str] | None = None,
 ) -> Path:
     """Mux `dub_audio` into `video` as the default, language-tagged track; write `out` atomically.
 
     The container comes from out's extension (.mp4 .m4v .mov .mkv .webm). `title` defaults to
-    "Dub (<lang>) — fasttts". Notes for the user (e.g. a language MOV cannot store) go to `warnings`."""
+    "Dub (<lang>) — fasttts". `dub_layout` relabels the dub's channels (a 6-channel WAV reads as 5.1; pass
+    "5.1(side)" when the mix followed a 5.1(side) original). Notes for the user (e.g. a language MOV cannot
+    store) go to `warnings`."""
     video, dub_audio, out = Path(video), Path(dub_audio), Path(out)
     notes = warnings if warnings is not None else []
     container = _CONTAINERS.get(out.suffix.lower())
@@ -264,6 +278,7 @@ def mux(
     if not dinfo.audio_streams:
         raise InputError(dub_audio, "no audio stream")
     dub_channels = dinfo.audio_streams[0].channels or 2
+    dub_layout = dub_layout or dinfo.audio_streams[0].layout
     lang_t = normalize_lang(lang)
     title = title or default_title(lang_t)
     enc, rate = _dub_codec(container, dub_channels)
@@ -299,6 +314,7 @@ def mux(
             args += ["-map", "2:s:0"]
         args += ["-map_metadata", "0", "-map_chapters", "0", "-c:v", "copy"]
         args += ["-c:a:0", enc, "-b:a:0", rate, "-disposition:a:0", "default"]
+        args += _relabel(0, dub_layout, dub_channels, enc)
         dub_tag = tagged(lang_t, "dub")
         if dub_tag:
             args += ["-metadata:s:a:0", f"language={dub_tag}"]
@@ -310,7 +326,7 @@ def mux(
                 args += [f"-c:a:{i}", "copy"]
             else:
                 o_enc, o_rate = _dub_codec(container, s.channels or 2)
-                args += [f"-c:a:{i}", o_enc, f"-b:a:{i}", o_rate]
+                args += [f"-c:a:{i}", o_enc, f"-b:a:{i}", o_rate, *_relabel(i, s.layout, s.channels, o_enc)]
             args += [f"-disposition:a:{i}", "0"]
             o_lang = original_lang if (original_lang and not s.language) else None
             if o_lang:

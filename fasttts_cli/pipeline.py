@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -40,12 +39,11 @@ from fasttts_cli.synthesizer import Synthesizer, SynthRequest, SynthResult, Voic
 
 SR = 48000  # the delivery rate: every line is resampled to it exactly once
 FAILURE_POLICIES = ("fail", "silence", "skip")
-MIX_MODES = ("replace", "keep", "duck")
+MIX_MODES = ("replace", "keep", "duck", "background")
 OVERFLOW_POLICIES = ("shift", "overlap", "truncate", "fail")
 VIDEO_EXTS = (".mp4", ".mkv", ".mov", ".m4v", ".webm")
-AUDIO_EXTS = (".wav", ".flac", ".m4a")
+AUDIO_EXTS = (".wav", ".flac", ".m4a", ".mp3", ".opus")
 UNTIMED_PAUSE = 0.5  # seconds between lines of untimed input (plain text)
-_LANG_RE = re.compile(r"^[a-z]{3}$")
 
 
 # ---- options and results -------------------------------------------------------------------------
@@ -201,11 +199,9 @@ def validate_options(o: DubOptions) -> None:
         if not cond:
             raise UsageError(msg, hint=hint)
 
-    need(
-        bool(_LANG_RE.match(o.lang)),
-        f"--lang must be an ISO 639-2 code of three lowercase letters (got {o.lang!r})",
-        "for example: eng, spa, fra, deu, jpn; 'und' when unknown",
-    )
+    from fasttts_cli.mux import normalize_lang
+
+    o.lang = normalize_lang(o.lang)  # "es", "es-ES", "spa" -> "spa"; UsageError naming --lang otherwise
     need(o.batch_size >= 1, f"--batch-size must be >= 1 (got {o.batch_size})")
     need(o.max_batch_tokens >= 1, f"--max-batch-tokens must be >= 1 (got {o.max_batch_tokens})")
     need(o.max_retries >= 0, f"--max-retries must be >= 0 (got {o.max_retries})")
@@ -227,13 +223,10 @@ def validate_options(o: DubOptions) -> None:
         f"--true-peak must be between -20 and 0 dBTP (got {o.true_peak})",
     )
     need(
-        o.background is None or o.video is not None,
-        "--background needs --video (it replaces the video's original audio under the dub)",
-    )
-    need(
-        o.mix == "replace" or o.video is not None or o.background is not None,
+        o.mix not in ("keep", "duck") or o.video is not None,
         f"--mix {o.mix} needs --video (there is no original audio to keep or duck)",
     )
+    need(o.mix != "background" or o.background is not None, "--mix background needs --background PATH")
     need(not o.soft_subtitles or o.video is not None, "--soft-subtitles needs --video")
 
 
@@ -664,7 +657,7 @@ def _assemble(
         dub = _render_timeline(placed, duration)
 
     with rep.stage("mix"):
-        mixed, keep_original = _mix(o, rep, dub, job.media)
+        mixed, keep_original, dub_layout = _mix(o, rep, dub, job.media)
 
     with rep.stage("loudness"):
         mixed, norm = normalize_report(mixed, SR, target_lufs=o.loudness, max_true_peak=o.true_peak)
@@ -686,15 +679,20 @@ def _assemble(
         if o.video is not None:
             from fasttts_cli.mux import mux
 
+            notes: list[str] = []
             mux(
                 o.video,
                 dub_wav,
                 paths.media,
                 lang=o.lang,
-                title=o.title or f"{_language_name(o.lang)} (dub)",
+                title=o.title or "",
                 keep_original=keep_original,
                 subtitles=paths.subtitles if o.soft_subtitles else None,
+                dub_layout=dub_layout,
+                warnings=notes,
             )
+            for n in notes:
+                rep.warn(n)
         else:
             _write_audio(paths.media, mixed)
 
@@ -727,7 +725,7 @@ def _render_timeline(placed: list[tuple[float, np.ndarray]], duration: float) ->
 
 
 def _write_audio(path: Path, x: np.ndarray) -> Path:
-    from fasttts_cli.audio import write_audio
+    from fasttts_cli.mux import write_audio
 
     return write_audio(path, x, SR)
 
@@ -740,25 +738,32 @@ def _fit(x: np.ndarray, n: int) -> np.ndarray:
     return np.pad(x, ((0, 0), (0, n - x.shape[1])))
 
 
-def _mix(o: DubOptions, rep: Reporter, dub: np.ndarray, media: Any) -> tuple[np.ndarray, bool]:
-    """Apply --mix/--background. Returns the dub track to write and whether mux keeps the original."""
-    if o.video is None:
-        return dub, False
+def _mix(o: DubOptions, rep: Reporter, dub: np.ndarray, media: Any) -> tuple[np.ndarray, bool, str | None]:
+    """Apply --mix/--background. Returns the dub track, whether mux keeps the original track, and the
+    channel layout of the dub track (None: mono, nothing to relabel)."""
     from fasttts_cli.audio import load_audio_channels
-    from fasttts_cli.mix import mix_tracks
+    from fasttts_cli.mix import LAYOUTS, mix_tracks
 
-    streams = media.audio_streams
+    streams = media.audio_streams if media is not None else []
     mode = o.mix
-    if not streams and mode != "replace":
+    if mode in ("keep", "duck") and not streams:
         rep.warn(f"{o.video} has no audio track: --mix {mode} falls back to replace")
         mode = "replace"
-    layout = streams[0].layout if streams else "mono"
     background = _fit(load_audio_channels(o.background, SR), len(dub)) if o.background is not None else None
+    if mode == "replace" and background is None:
+        # The dub alone: as many channels as the original so players treat both tracks alike.
+        layout = streams[0].layout if streams and streams[0].layout in LAYOUTS else "mono"
+    elif streams:
+        layout = streams[0].layout  # mix_tracks names the supported layouts if this is not one
+    else:
+        layout = "stereo" if background is not None and background.shape[0] == 2 else "mono"
     original = None
     if mode == "duck" and background is None:
         original = _fit(load_audio_channels(o.video, SR), len(dub))
-    out = mix_tracks(dub, mode, original, layout, background)
-    return out, mode == "keep"
+    out = mix_tracks(dub, mode, original, layout, background, sr=SR)
+    if layout == "mono":
+        out = out[0]
+    return out, mode == "keep", (None if layout == "mono" else layout)
 
 
 def _report(
@@ -858,27 +863,6 @@ def format_srt(entries: Sequence[tuple[float, float, str]]) -> str:
 
     blocks = [f"{n}\n{ts(s)} --> {ts(e)}\n{text}\n" for n, (s, e, text) in enumerate(entries, 1)]
     return "\n".join(blocks)
-
-
-_LANG_NAMES = {
-    "eng": "English",
-    "spa": "Spanish",
-    "fra": "French",
-    "fre": "French",
-    "deu": "German",
-    "ger": "German",
-    "ita": "Italian",
-    "por": "Portuguese",
-    "jpn": "Japanese",
-    "zho": "Chinese",
-    "chi": "Chinese",
-    "kor": "Korean",
-    "rus": "Russian",
-}
-
-
-def _language_name(code: str) -> str:
-    return _LANG_NAMES.get(code, code)
 
 
 def _ranges(ids: Sequence[int]) -> str:
@@ -981,7 +965,7 @@ def synth_one(
     so: SynthOptions, rep: Reporter | None = None, *, synthesizer: Synthesizer | None = None
 ) -> dict[str, Any]:
     """`fasttts synth`: one line to one audio file at the engine's own sample rate (no resampling)."""
-    from fasttts_cli.audio import write_audio
+    from fasttts_cli.mux import write_audio
     from fasttts_cli.plan import clean_text
 
     rep = rep or Reporter(verbosity=QUIET)

@@ -18,7 +18,7 @@ from typing import Any
 
 from .cues import Cue
 from .errors import UsageError
-from .speakers import VoiceMap
+from .speakers import VoiceMap, check_voices
 
 PLAN_VERSION = 1
 
@@ -170,6 +170,7 @@ def make_plan(
                 f"--only: no cue numbered {', '.join(map(str, unknown))} (cues: {span})",
                 hint="cue numbers are the ones `fasttts inspect` shows",
             )
+    check_voices(cues, voices)  # one error listing every unmapped speaker, not just the first
     lines: list[Line] = []
     skipped: list[int] = []
     for c in cues:

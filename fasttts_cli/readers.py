@@ -15,8 +15,9 @@ Rules every reader shares (so `inspect`, `--only` and error messages agree whate
   a rounding artefact of subtitle tools, not intent: the earlier cue's end is clipped to the later start.
 - A cue whose text is empty after markup is removed is an InputError (ASS Comment events are skipped, as are
   ASS events that are pure vector drawings: those are signs, not speech).
-- Speakers: WebVTT `<v Name>` spans, the ASS Name/Actor field, the speaker column of scripts, or (with
-  `name_prefix=True`) a leading `Name: text` on cues that have no speaker yet.
+- Speakers: WebVTT `<v Name>` spans (the first one when a cue has several), the ASS Name/Actor field, the
+  speaker column of scripts, or (with `name_prefix=True`) a leading `Name: text` on cues that have no speaker
+  yet. Names are compared case-insensitively (speakers.speaker_key).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from pysubs2.time import TIMESTAMP, TIMESTAMP_SHORT
 
 from .cues import Cue
 from .errors import InputError, UsageError
+from .speakers import speaker_key
 from .textio import STDIN, read_text
 
 FORMATS = ("srt", "vtt", "ass", "ssa", "txt", "tsv", "csv", "jsonl")
@@ -202,10 +204,6 @@ def _where(r: _Raw) -> str:
     return f"line {r.line}" if r.line is not None else "a cue"
 
 
-def _speaker_key(s: str | None) -> str | None:
-    return s.strip().casefold() if s and s.strip() else None
-
-
 def _check_timing(raws: list[_Raw], path: Path, *, sort: bool) -> list[_Raw]:
     for r in raws:
         assert r.start is not None and r.end is not None
@@ -238,7 +236,7 @@ def _check_overlaps(raws: list[_Raw], path: Path) -> list[_Raw]:
     last_by_speaker: dict[str | None, int] = {}  # speaker key -> index in `out` of its latest-ending cue
     last_any: int | None = None  # latest-ending cue of any speaker
     for i, b in enumerate(out):
-        key = _speaker_key(b.speaker)
+        key = speaker_key(b.speaker)
         # An unnamed cue may clash with anyone; a named one with the same name or with unnamed cues.
         rivals = [last_any] if key is None else [last_by_speaker.get(key), last_by_speaker.get(None)]
         for j in rivals:
@@ -253,7 +251,7 @@ def _check_overlaps(raws: list[_Raw], path: Path) -> list[_Raw]:
                 continue
             who = (
                 f"both spoken by {a.speaker}"
-                if key is not None and _speaker_key(a.speaker) == key
+                if key is not None and speaker_key(a.speaker) == key
                 else "and at least one has no speaker"
             )
             raise InputError(
@@ -277,6 +275,7 @@ def _later(cues: list[_Raw], j: int | None, i: int) -> int:
 _ASS_BLOCK = re.compile(r"\{[^{}]*\}")
 _HTML_TAG = re.compile(r"</?[A-Za-z][^<>]*>|<\d[\d:.]*>")  # plus WebVTT karaoke timestamps <00:01.500>
 _VTT_VOICE = re.compile(r"<v(?:\.[^\s>]*)*(?:[ \t]+([^>]*))?>")
+_SENTINEL = "\ue000"  # private-use character, never in real subtitles
 _DRAWING = re.compile(r"\\p(\d+)")
 _NAME_PREFIX = re.compile(r"([^\W\d_](?:[^\W\d]|[ '’.\-]){0,29}?)\s*(?::\s+|：\s*)(.*)", re.S)
 
@@ -362,7 +361,7 @@ def _read_subrip(text: str, path: Path, kind: str) -> list[_Raw]:
             stamp_lines.append(i + 1)
             before = lines[i - 1].strip() if i > 0 else ""
             # The cue number (SRT) / identifier (VTT) sits alone right before the timing line.
-            if before and (i < 2 or not lines[i - 2].strip()) and (vtt or before.isdigit()):
+            if before and (before.isdigit() or (vtt and (i < 2 or not lines[i - 2].strip()))):
                 cleaned[i - 1] = ""
         elif "-->" in s:
             example = "00:00:01.000 --> 00:00:03.500" if vtt else "00:00:01,000 --> 00:00:03,500"
@@ -373,6 +372,13 @@ def _read_subrip(text: str, path: Path, kind: str) -> list[_Raw]:
                 hint=f"expected two timestamps like {example}",
             )
         prev_blank = False
+    # pysubs2 drops a cue's last line when it is a bare number (it takes it for the next cue's number);
+    # we already removed those, so shield real text lines ending a cue with a sentinel, removed below.
+    bounds = [*stamp_lines[1:], len(lines) + 1]
+    for first, nxt in zip(stamp_lines, bounds, strict=True):
+        body_lines = [j for j in range(first, nxt - 1) if cleaned[j].strip()]
+        if body_lines:
+            cleaned[body_lines[-1]] += _SENTINEL
     try:
         subs = pysubs2.SSAFile.from_string("\n".join(cleaned), format_=kind, keep_html_tags=True)
     except Exception as e:  # pysubs2 raises assorted errors on odd input; the user needs the file name
@@ -381,7 +387,7 @@ def _read_subrip(text: str, path: Path, kind: str) -> list[_Raw]:
         stamp_lines = [None] * len(subs.events)  # type: ignore[list-item]
     out = []
     for ev, line_no in zip(subs.events, stamp_lines, strict=True):
-        raw = ev.text
+        raw = ev.text.replace(_SENTINEL, "")
         speaker = None
         if vtt:
             m = _VTT_VOICE.search(raw)
@@ -450,7 +456,7 @@ def _read_ass(text: str, path: Path, kind: str) -> list[_Raw]:
 
 
 def _substation_flavour(text: str) -> str | None:
-    """"ass" (v4.00+) or "ssa" (v4.00), which decides pysubs2's event field list; None if neither."""
+    """ "ass" (v4.00+) or "ssa" (v4.00), which decides pysubs2's event field list; None if neither."""
     head = text[:20000]
     if "[V4+ Styles]" in head or re.search(r"ScriptType:\s*v4\.00\+", head, re.I):
         return "ass"
@@ -481,7 +487,7 @@ def _table_rows(text: str, path: Path, kind: str) -> list[tuple[int, list[str]]]
     if kind == "tsv":
         return [(n, line.split("\t")) for n, line in enumerate(text.split("\n"), 1) if line.strip()]
     rows = []
-    reader = csv.reader(io.StringIO(text))
+    reader = csv.reader(io.StringIO(text), strict=True)
     prev = 0
     try:
         for fields in reader:

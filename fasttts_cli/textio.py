@@ -71,9 +71,7 @@ def _decode(data: bytes, skip: int, encoding: str, path: Path | str) -> str:
     except UnicodeDecodeError as e:
         offset = skip + e.start
         bad = data[offset : offset + min(4, e.end - e.start)]
-        # Line numbers are counted in the encoding's own newlines so the editor the user opens agrees.
-        nl = "\n".encode(encoding)
-        line = data[skip:offset].count(nl) + 1
+        line = data[skip:offset].decode(encoding, errors="replace").count("\n") + 1
         what = "UTF-8" if encoding == "utf-8" else "UTF-16"
         guess = ""
         if encoding == "utf-8" and _looks_single_byte(data[skip:]):

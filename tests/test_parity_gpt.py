@@ -97,6 +97,18 @@ def test_stage_3_4_prefix(uv: UnifiedVoice, parity_case: ParityCase) -> None:
     assert prefix.mask.tolist() == [[1] * parity_case["gpt_prefix_emb"].shape[1]]
 
 
+@pytest.mark.parity
+@torch.no_grad()
+def test_stage_3_4_prefix_from_host_tables(uv: UnifiedVoice, parity_case: ParityCase) -> None:
+    # What the numpy runtime does around the exported trunk: plain table lookups.
+    tab = {k: v.numpy() for k, v in uv.host_tables().items()}
+    ids = np.concatenate([[0], parity_case["gpt_text_ids"][0], [1]])
+    conds = parity_case["spk_latents"][0] + parity_case["emovec"]
+    text = tab["text_embedding"][ids] + tab["text_pos"][: len(ids)]
+    prefix = np.concatenate([conds, tab["speed_emb"][[1, 0]], text])
+    assert rel(prefix, parity_case["gpt_prefix_emb"][0]) < TOL
+
+
 def _stored_prefix(case: ParityCase) -> Prefix:
     emb = _t(case, "gpt_prefix_emb")
     mask = torch.ones(emb.shape[:2], dtype=torch.long)
@@ -290,6 +302,7 @@ def test_tiny_sizes_follow_config() -> None:
     assert sd["emo_perceiver_encoder.latents"].shape == (1, 20)
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # the legacy (TorchScript) exporter
 @torch.no_grad()
 def test_trunk_exports_with_dynamic_axes() -> None:
     ort = pytest.importorskip("onnxruntime")
@@ -337,6 +350,7 @@ def test_trunk_exports_with_dynamic_axes() -> None:
             assert rel(g_, r_.numpy()) < 1e-5
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
 @torch.no_grad()
 def test_conditioners_export_with_lengths() -> None:
     ort = pytest.importorskip("onnxruntime")

@@ -27,7 +27,9 @@ def _config(ckpt: Path) -> dict:
 def s2mel(parity_checkpoint: Path) -> S2Mel:
     torch.set_num_threads(1)
     if parity_checkpoint not in _MODELS:
-        _MODELS[parity_checkpoint] = load_s2mel(parity_checkpoint / "s2mel.pth", _config(parity_checkpoint)["s2mel"])
+        _MODELS[parity_checkpoint] = load_s2mel(
+            parity_checkpoint / "s2mel.pth", _config(parity_checkpoint)["s2mel"]
+        )
     return _MODELS[parity_checkpoint]
 
 
@@ -78,7 +80,8 @@ def test_content_with_codec_vq2emb(parity_case: ParityCase, s2mel: S2Mel, parity
     need(parity_case, "gpt_forced_codes", "s2mel_vq2emb")
     codec_mod = pytest.importorskip("fasttts_cli.build.codec")  # the features engineer's module
     codec = codec_mod.load_codec(
-        parity_checkpoint / "hf_cache" / "semantic_codec_model.safetensors", _config(parity_checkpoint)["semantic_codec"]
+        parity_checkpoint / "hf_cache" / "semantic_codec_model.safetensors",
+        _config(parity_checkpoint)["semantic_codec"],
     )
     vq_emb = codec.vq2emb(t(parity_case, "gpt_forced_codes").view(1, -1))
     assert rel(vq_emb, parity_case["s2mel_vq2emb"]) < TOL
@@ -98,7 +101,16 @@ def test_target_lengths_rule() -> None:
 @torch.no_grad()
 def test_dit_one_call(parity_case: ParityCase, s2mel: S2Mel) -> None:  # stage 4.2
     c = parity_case
-    need(c, "dit_in_x", "dit_in_prompt_x", "dit_in_x_lens", "dit_in_t", "dit_in_style", "dit_in_cond", "dit_out")
+    need(
+        c,
+        "dit_in_x",
+        "dit_in_prompt_x",
+        "dit_in_x_lens",
+        "dit_in_t",
+        "dit_in_style",
+        "dit_in_cond",
+        "dit_out",
+    )
     out = s2mel.cfm.estimator(
         t(c, "dit_in_x"),
         t(c, "dit_in_prompt_x"),
@@ -111,7 +123,9 @@ def test_dit_one_call(parity_case: ParityCase, s2mel: S2Mel) -> None:  # stage 4
 
 
 def _ditm_inputs(c: ParityCase) -> tuple[torch.Tensor, ...]:
-    need(c, "dit_in_x", "dit_in_prompt_x", "dit_in_style", "s2mel_cat_condition", "ditm_in_x_lens", "ditm_in_t")
+    need(
+        c, "dit_in_x", "dit_in_prompt_x", "dit_in_style", "s2mel_cat_condition", "ditm_in_x_lens", "ditm_in_t"
+    )
     x = t(c, "dit_in_x")
     prompt_x = t(c, "dit_in_prompt_x")[:1].repeat(2, 1, 1)
     style = t(c, "dit_in_style")[:1].repeat(2, 1)
@@ -136,7 +150,12 @@ def test_dit_row_padding_equals_row_alone(parity_case: ParityCase, s2mel: S2Mel)
     out = s2mel.cfm.estimator(x, prompt_x, x_lens, tt, style, cond)
     for b, n in enumerate(x_lens.tolist()):
         alone = s2mel.cfm.estimator(
-            x[b : b + 1, :, :n], prompt_x[b : b + 1, :, :n], lens(n), tt[b : b + 1], style[b : b + 1], cond[b : b + 1, :n]
+            x[b : b + 1, :, :n],
+            prompt_x[b : b + 1, :, :n],
+            lens(n),
+            tt[b : b + 1],
+            style[b : b + 1],
+            cond[b : b + 1, :n],
         )
         assert torch.allclose(out[b : b + 1, :, :n], alone, rtol=0, atol=1e-5), b
 
@@ -213,7 +232,13 @@ def test_cfm_batched_equals_single(parity_case: ParityCase, s2mel: S2Mel) -> Non
     )
     for b, (mu, r, z) in enumerate(rows):
         alone, _ = s2mel.cfm.solve(
-            mu[None], lens(mu.shape[0]), r[None], lens(r.shape[-1]), (style * (1.0 - 0.5 * b))[None], z[None], steps
+            mu[None],
+            lens(mu.shape[0]),
+            r[None],
+            lens(r.shape[-1]),
+            (style * (1.0 - 0.5 * b))[None],
+            z[None],
+            steps,
         )
         n = mu.shape[0]
         assert torch.allclose(out[b : b + 1, :, :n], alone, rtol=0, atol=1e-5), b
@@ -231,7 +256,7 @@ def test_official_state_dict_round_trip(parity_checkpoint: Path, s2mel: S2Mel) -
     for k, a in s2mel.named_parameters():
         assert rel(theirs[k].detach(), a.detach()) < 1e-6, k
     # The folded weights are what the file's g/v fold to (not v itself).
-    w = s2mel.cfm.estimator.wavenet.in_layers[0].conv.conv.weight
+    w = s2mel.cfm.estimator.wavenet.in_layers[0].conv.conv.weight.detach()
     v = net["cfm"]["estimator.wavenet.in_layers.0.conv.conv.weight_v"]
     assert rel(w, v) > 1e-2
 
@@ -248,5 +273,5 @@ def test_loader_names_missing_and_unexpected_keys(parity_checkpoint: Path) -> No
     with pytest.raises(CheckpointKeyError, match=r"net/length_regulator/bogus\.weight"):
         build_s2mel(cfg, extra, parity_checkpoint / "s2mel.pth")
     wrong = dict(cfg, DiT=dict(cfg["DiT"], depth=cfg["DiT"]["depth"] + 1))
-    with pytest.raises(CheckpointKeyError, match="missing key net/cfm/estimator.transformer.layers"):
+    with pytest.raises(CheckpointKeyError, match=r"missing key net/cfm/estimator\.transformer\.layers"):
         build_s2mel(wrong, net, parity_checkpoint / "s2mel.pth")

@@ -188,9 +188,7 @@ class BigVGAN(nn.Module):
         k = cfg.conv_pre_kernel
         self.conv_pre = WNConv1d(cfg.num_mels, ch0, k, 1, padding=(k - 1) // 2)
         self.ups = nn.ModuleList(
-            nn.ModuleList(
-                [WNConvTranspose1d(ch0 // 2**i, ch0 // 2 ** (i + 1), kk, u, padding=(kk - u) // 2)]
-            )
+            nn.ModuleList([WNConvTranspose1d(ch0 // 2**i, ch0 // 2 ** (i + 1), kk, u, padding=(kk - u) // 2)])
             for i, (u, kk) in enumerate(zip(cfg.upsample_rates, cfg.upsample_kernel_sizes, strict=True))
         )
         self.num_kernels = len(cfg.resblock_kernel_sizes)
@@ -239,7 +237,11 @@ def load_bigvgan(folder: Path) -> BigVGAN:
     folder = Path(folder)
     cfg_path, pt_path = folder / "config.json", folder / "bigvgan_generator.pt"
     if not cfg_path.is_file():
-        raise InputError(cfg_path, "file not found", hint="point at the BigVGAN folder (config.json + bigvgan_generator.pt)")
+        raise InputError(
+            cfg_path,
+            "file not found",
+            hint="point at the BigVGAN folder (config.json + bigvgan_generator.pt)",
+        )
     try:
         h = json.loads(cfg_path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as e:

@@ -1,4 +1,4 @@
-"""The s2mel DiT estimator (spec §2.7.4): input merge, 13 UViT blocks with AdaRMS norms and RoPE, WaveNet head.
+"""The s2mel DiT estimator (spec §2.7.4): input merge, UViT blocks with AdaRMS norms and RoPE, WaveNet head.
 
 Layout of one call: `DiT.forward(x, prompt_x, x_lens, t, style, cond) -> v`, all tensors explicit:
 x, prompt_x (B, 80, T); x_lens (B,) or (1,) int64 (keys at positions >= x_lens[b] are masked for row b);
@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fasttts_cli.build.wavenet import WaveNet, WaveNetConfig, WNLinear, row_mask
+from fasttts_cli.build.wavenet import WaveNet, WaveNetConfig, WNLinear
 
 
 def find_multiple(n: int, k: int) -> int:

@@ -7,11 +7,13 @@ Batched everywhere with explicit lengths; a padded row gives what the row gives 
 - `S2Mel.content(latent, vq_emb, code_lens)` -> (cond (B, Tg, C), ylens (B,)); ylens = floor(1.72 n).
 - `S2Mel.length_regulator(x, x_lens, ylens)` -> (B, max ylens, C) (prompt condition: x = codec S_ref,
   ylens = #ref mel frames).
-- `S2Mel.cfm.estimator` the DiT; `S2Mel.cfm.cfg_velocity` one batched CFG step; `S2Mel.cfm.solve` the Euler loop.
+- `S2Mel.cfm.estimator` the DiT; `S2Mel.cfm.cfg_velocity` one batched CFG step;
+  `S2Mel.cfm.solve` the Euler loop.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +44,7 @@ class GptLayer(nn.Sequential):
     """Linear chain without activations (1280 -> 256 -> 128 -> 1024 in the release); widths from the file."""
 
     def __init__(self, widths: list[int]) -> None:
-        super().__init__(*(nn.Linear(a, b) for a, b in zip(widths[:-1], widths[1:], strict=True)))
+        super().__init__(*(nn.Linear(a, b) for a, b in itertools.pairwise(widths)))
 
 
 # -- length regulator -----------------------------------------------------------------------------------
@@ -96,7 +98,9 @@ class LengthRegulator(nn.Module):
         return (h * mask).transpose(1, 2)
 
 
-def _masked_group_norm1(x: torch.Tensor, mask: torch.Tensor, count: torch.Tensor, gn: nn.GroupNorm) -> torch.Tensor:
+def _masked_group_norm1(
+    x: torch.Tensor, mask: torch.Tensor, count: torch.Tensor, gn: nn.GroupNorm
+) -> torch.Tensor:
     """GroupNorm with one group, statistics over the valid frames of each row (biased variance)."""
     mean = (x * mask).sum(dim=(1, 2), keepdim=True) / count
     d = (x - mean) * mask
@@ -262,7 +266,9 @@ def _check_variant(s2mel_cfg: Mapping[str, Any], file: Path) -> None:
         raise InputError(file, "s2mel.length_regulator.n_codebooks != 1 is not supported")
 
 
-def build_s2mel(s2mel_cfg: Mapping[str, Any], net: Mapping[str, Mapping[str, torch.Tensor]], file: Path) -> S2Mel:
+def build_s2mel(
+    s2mel_cfg: Mapping[str, Any], net: Mapping[str, Mapping[str, torch.Tensor]], file: Path
+) -> S2Mel:
     """Modules sized from the config and (where the original hard-codes a size) from the tensors."""
     _check_variant(s2mel_cfg, file)
     for part in ("cfm", "length_regulator", "gpt_layer"):
@@ -326,8 +332,12 @@ def load_s2mel(path: Path, s2mel_cfg: Mapping[str, Any]) -> S2Mel:
     path = Path(path)
     blob = torch_load(path)
     if not isinstance(blob, Mapping) or "net" not in blob or not isinstance(blob["net"], Mapping):
-        raise CheckpointKeyError(path, "missing key net (expected {'net': {'cfm', 'length_regulator', 'gpt_layer'}})")
-    net = {k: _strip_module(v) for k, v in blob["net"].items() if k in ("cfm", "length_regulator", "gpt_layer")}
+        raise CheckpointKeyError(
+            path, "missing key net (expected {'net': {'cfm', 'length_regulator', 'gpt_layer'}})"
+        )
+    net = {
+        k: _strip_module(v) for k, v in blob["net"].items() if k in ("cfm", "length_regulator", "gpt_layer")
+    }
     return build_s2mel(s2mel_cfg, net, path)
 
 

@@ -219,7 +219,7 @@ class GPT2Attention(nn.Module):
         self, x: torch.Tensor, allowed: torch.Tensor, past_k: torch.Tensor, past_v: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         b, t, d = x.shape
-        q, k, v = self.c_attn(x).split(d, dim=-1)
+        q, k, v = self.c_attn(x).chunk(3, dim=-1)
         q = q.view(b, t, self.heads, -1).transpose(1, 2)
         k = torch.cat([past_k, k.view(b, t, self.heads, -1).transpose(1, 2)], dim=2)
         v = torch.cat([past_v, v.view(b, t, self.heads, -1).transpose(1, 2)], dim=2)
@@ -446,6 +446,18 @@ class UnifiedVoice(nn.Module):
             embeds[b, p - r.shape[0] :] = r
             mask[b, p - r.shape[0] :] = 1
         return Prefix(embeds, mask, mask.sum(dim=1))
+
+    def host_tables(self) -> dict[str, torch.Tensor]:
+        """The lookup tables the host needs around an exported trunk (float32, detached), by name:
+        text_embedding (V_text, D), text_pos (max_text_tokens+2, D), mel_embedding (8194, D),
+        mel_pos (max_mel_tokens+3, D), speed_emb (2, D)."""
+        return {
+            "text_embedding": self.text_embedding.weight.detach().float(),
+            "text_pos": self.text_pos_embedding.emb.weight.detach().float(),
+            "mel_embedding": self.mel_embedding.weight.detach().float(),
+            "mel_pos": self.mel_pos_embedding.emb.weight.detach().float(),
+            "speed_emb": self.speed_emb.weight.detach().float(),
+        }
 
     def mel_input_embedding(self, codes: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """codes (B, n), positions (B, n) -> mel_embedding(codes) + mel_pos[positions] (B, n, D).

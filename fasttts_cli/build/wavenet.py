@@ -67,9 +67,7 @@ def row_mask(lengths: torch.Tensor, size: int | torch.Tensor, dtype: torch.dtype
     return (pos.unsqueeze(0) < lengths.unsqueeze(1)).to(dtype)
 
 
-def pad_rows(
-    x: torch.Tensor, left: int, right: int, lengths: torch.Tensor, mode: str
-) -> torch.Tensor:
+def pad_rows(x: torch.Tensor, left: int, right: int, lengths: torch.Tensor, mode: str) -> torch.Tensor:
     """Pad (B, C, T) as if each row ended at lengths[b]: 'reflect' or 'replicate' at that row's own end.
 
     The gather reads only valid positions, so what sits in a row's padding never leaks into its

@@ -1,0 +1,571 @@
+"""The `fasttts` command line: a thin Typer shell over pipeline.py and doctor.py.
+
+Conventions (README, "Exit codes"): stdout carries only results (with --json: exactly one JSON object,
+also on failure); logs, warnings and progress go to stderr. Errors are one line,
+`fasttts: error: ...` (plus a hint line), never a traceback unless -v is given.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from fasttts_cli import __version__
+from fasttts_cli.errors import ExitCode, FastTTSError, UsageError
+from fasttts_cli.progress import NORMAL, QUIET, VERBOSE, Reporter, setup_logging
+
+EXIT_CODES_HELP = (
+    "Exit codes: 0 ok; 1 runtime failure (synthesis, ffmpeg, timing --overflow fail); "
+    "2 usage or bad input (flag, file, subtitle line, voice); 3 missing dependency, engine or model file; "
+    "130 interrupted (Ctrl-C / SIGTERM; finished lines stay cached)."
+)
+
+app = typer.Typer(
+    name="fasttts",
+    help="Batch dubbing from subtitles or scripts with a cloned voice (IndexTTS-2), or the Piper draft "
+    "voice when no engine is configured. fasttts does not translate: it speaks the text it is given.\n\n"
+    + EXIT_CODES_HELP,
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+def _version_cb(value: bool) -> None:
+    if value:
+        print(f"fasttts {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version_cb, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
+    pass
+
+
+# ---- shared option types -------------------------------------------------------------------------
+
+JsonOpt = Annotated[
+    bool, typer.Option("--json", help="Print one JSON object on stdout (logs stay on stderr).")
+]
+JsonlOpt = Annotated[
+    str | None,
+    typer.Option("--progress-jsonl", metavar="FILE", help="Write progress events as JSON Lines; - = stderr."),
+]
+QuietOpt = Annotated[bool, typer.Option("-q", "--quiet", help="Only errors on stderr.")]
+VerboseOpt = Annotated[
+    int, typer.Option("-v", "--verbose", count=True, help="More detail; tracebacks on errors.")
+]
+EngineOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--engine",
+        metavar="NAME|PATH",
+        help="Engine folder, a name under engines/, or 'draft'. "
+        "Default: $FASTTTS_ENGINE, else the draft voice.",
+    ),
+]
+PresetOpt = Annotated[str | None, typer.Option("--preset", help="Run-time preset name or .toml path.")]
+
+
+def _verbosity(quiet: bool, verbose: int) -> int:
+    return QUIET if quiet else (NORMAL if verbose == 0 else VERBOSE)
+
+
+def _execute(
+    json_out: bool,
+    verbosity: int,
+    jsonl: str | None,
+    command: str,
+    body: Callable[[Reporter], dict[str, Any]],
+    human: Callable[[dict[str, Any]], None] | None = None,
+) -> int:
+    """Run one command body with the error contract: returns the exit code."""
+    setup_logging(verbosity)
+    rep: Reporter | None = None
+    try:
+        try:
+            rep = Reporter(verbosity=verbosity, jsonl=jsonl)
+        except OSError as e:
+            raise UsageError(f"--progress-jsonl {jsonl}: cannot open: {e.strerror or e}") from None
+        rep.event("start", command=command, version=__version__)
+        result = body(rep)
+        code = int(result.pop("_exit_code", 0))
+        if json_out:
+            _emit_json(result)
+        elif human is not None and verbosity >= NORMAL:
+            human(result)
+        return code
+    except FastTTSError as e:
+        return _fail(json_out, rep, command, e.message, e.hint, int(e.exit_code), type(e).__name__, verbosity)
+    except KeyboardInterrupt as e:
+        msg = getattr(e, "message", None) or "interrupted"
+        return _fail(json_out, rep, command, msg, None, int(ExitCode.INTERRUPTED), "interrupted", verbosity)
+    except Exception as e:  # the contract: no traceback unless -v
+        if verbosity >= VERBOSE:
+            traceback.print_exc(file=sys.stderr)
+        msg = f"internal error: {type(e).__name__}: {e}"
+        hint = None if verbosity >= VERBOSE else "run again with -v for the traceback"
+        return _fail(json_out, rep, command, msg, hint, int(ExitCode.RUNTIME), "internal", verbosity)
+    finally:
+        if rep is not None:
+            rep.close()
+
+
+def _fail(
+    json_out: bool,
+    rep: Reporter | None,
+    command: str,
+    message: str,
+    hint: str | None,
+    code: int,
+    kind: str,
+    verbosity: int,
+) -> int:
+    print(f"fasttts: error: {message}", file=sys.stderr)
+    if hint:
+        print(f"  hint: {hint}", file=sys.stderr)
+    if rep is not None:
+        rep.event("error", ok=False, error=message, exit_code=code)
+    if json_out:
+        _emit_json(
+            {
+                "ok": False,
+                "command": command,
+                "error": message,
+                "hint": hint,
+                "kind": kind,
+                "exit_code": code,
+                "warnings": rep.warnings if rep is not None else [],
+            }
+        )
+    return code
+
+
+def _emit_json(obj: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(obj, ensure_ascii=False, default=str) + "\n")
+    sys.stdout.flush()
+
+
+# ---- dub -----------------------------------------------------------------------------------------
+
+
+@app.command(epilog=EXIT_CODES_HELP)
+def dub(
+    script: Annotated[
+        Path,
+        typer.Argument(help="Subtitles or script: .srt .vtt .ass .ssa .txt .tsv .csv .jsonl; - = stdin."),
+    ],
+    voice: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--voice",
+            metavar="[NAME=]PATH",
+            help="Reference voice: PATH (default) or NAME=PATH per speaker; repeat.",
+        ),
+    ] = None,
+    video: Annotated[
+        Path | None, typer.Option("--video", help="Video to dub; without it, audio only.")
+    ] = None,
+    lang: Annotated[
+        str, typer.Option("--lang", help="ISO 639-2 code of the dub language (eng, spa, ...).")
+    ] = "und",
+    output: Annotated[
+        Path | None, typer.Option("-o", "--output", help="Output file (default <stem>.<lang>.<ext>).")
+    ] = None,
+    output_dir: Annotated[
+        Path | None, typer.Option("--output-dir", help="Folder for outputs (default: next to the input).")
+    ] = None,
+    work_dir: Annotated[
+        Path | None,
+        typer.Option("--work-dir", help="Cache/work folder (default <stem>.fasttts/ by the output)."),
+    ] = None,
+    engine: EngineOpt = None,
+    preset: PresetOpt = None,
+    input_format: Annotated[
+        str | None, typer.Option("--format", help="Input format if the extension is not enough.")
+    ] = None,
+    name_prefix: Annotated[
+        bool, typer.Option("--name-prefix", help="Read 'Name: text' prefixes as speakers.")
+    ] = False,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Lines per synthesis batch.")] = 8,
+    max_batch_tokens: Annotated[
+        int, typer.Option("--max-batch-tokens", help="Padded tokens per batch.")
+    ] = 2000,
+    seed: Annotated[
+        int, typer.Option("--seed", help="Base seed; each line's seed derives from it, its text and voice.")
+    ] = 0,
+    only: Annotated[
+        str | None, typer.Option("--only", metavar="3,7-9", help="Re-render just these lines (forced).")
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Check inputs and write the plan; load no model.")
+    ] = False,
+    on_line_failure: Annotated[str, typer.Option("--on-line-failure", help="fail | silence | skip")] = "fail",
+    max_retries: Annotated[
+        int, typer.Option("--max-retries", help="Re-syntheses of an implausible line.")
+    ] = 2,
+    max_speedup: Annotated[
+        float, typer.Option("--max-speedup", help="Tempo cap (1.25 = 25% faster).")
+    ] = 1.25,
+    max_slowdown: Annotated[
+        float, typer.Option("--max-slowdown", help="Slow-down cap (1.0 = never slow down).")
+    ] = 1.0,
+    min_gap: Annotated[float, typer.Option("--min-gap", help="Seconds kept between lines.")] = 0.08,
+    max_factor_step: Annotated[
+        float, typer.Option("--max-factor-step", help="Max tempo difference of neighbours.")
+    ] = 0.1,
+    overflow: Annotated[str, typer.Option("--overflow", help="shift | overlap | truncate | fail")] = "shift",
+    mix: Annotated[str, typer.Option("--mix", help="replace | keep | duck | background")] = "replace",
+    background: Annotated[
+        Path | None, typer.Option("--background", help="Music-and-effects stem under the dub.")
+    ] = None,
+    loudness: Annotated[float, typer.Option("--loudness", help="Integrated loudness target, LUFS.")] = -23.0,
+    true_peak: Annotated[float, typer.Option("--true-peak", help="True-peak ceiling, dBTP.")] = -1.0,
+    soft_subtitles: Annotated[
+        bool, typer.Option("--soft-subtitles", help="Embed the re-timed subtitles.")
+    ] = False,
+    title: Annotated[str | None, typer.Option("--title", help="Dub track title.")] = None,
+    json_out: JsonOpt = False,
+    progress_jsonl: JsonlOpt = None,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = 0,
+) -> int:
+    """Dub a subtitle/script file: synthesize every line, fit it to its slot, mix, mux."""
+    from fasttts_cli.pipeline import DubOptions, run_dub
+
+    opts = DubOptions(
+        script=script,
+        voices=list(voice or []),
+        video=video,
+        lang=lang,
+        output=output,
+        output_dir=output_dir,
+        work_dir=work_dir,
+        engine=engine,
+        preset=preset,
+        input_format=input_format,
+        name_prefix=name_prefix,
+        batch_size=batch_size,
+        max_batch_tokens=max_batch_tokens,
+        seed=seed,
+        only=only,
+        dry_run=dry_run,
+        on_line_failure=on_line_failure,
+        max_retries=max_retries,
+        max_speedup=max_speedup,
+        max_slowdown=max_slowdown,
+        min_gap=min_gap,
+        max_factor_step=max_factor_step,
+        overflow=overflow,
+        mix=mix,
+        background=background,
+        loudness=loudness,
+        true_peak=true_peak,
+        soft_subtitles=soft_subtitles,
+        title=title,
+    )
+
+    def body(rep: Reporter) -> dict[str, Any]:
+        return run_dub(opts, rep).to_json()
+
+    def human(r: dict[str, Any]) -> None:
+        if r.get("dry_run"):
+            ln = r["lines"]
+            print(f"dry run: {ln['total']} lines in {ln['batches']} batches; plan: {r['outputs']['plan']}")
+            print(f"would write: {r['outputs']['would_write']}")
+            return
+        s = r["lines"]
+        main = r["outputs"].get("video") or r["outputs"].get("audio")
+        print(f"wrote {main}")
+        print(f"subtitles {r['outputs']['subtitles']}; report {r['report']}")
+        print(
+            f"{s['total']} lines: {s['synthesized']} synthesized, {s['cached']} cached, "
+            f"{s['failed']} failed, {s['retries']} retries; {s['sped_up']} sped up "
+            f"(max {s['max_factor']}x), {s['shifted']} shifted; "
+            f"{s['loudness_lufs']} LUFS, {s['true_peak_dbtp']} dBTP"
+        )
+
+    return _execute(json_out, _verbosity(quiet, verbose), progress_jsonl, "dub", body, human)
+
+
+# ---- synth ---------------------------------------------------------------------------------------
+
+
+@app.command(epilog=EXIT_CODES_HELP)
+def synth(
+    text: Annotated[str, typer.Argument(help="The text to speak; - reads it from stdin.")],
+    voice: Annotated[Path, typer.Option("--voice", help="Reference voice audio.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Output audio: .wav, .flac or .m4a.")],
+    engine: EngineOpt = None,
+    preset: PresetOpt = None,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    json_out: JsonOpt = False,
+    progress_jsonl: JsonlOpt = None,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = 0,
+) -> int:
+    """Speak one line in a reference voice, to an audio file at the engine's sample rate."""
+    from fasttts_cli.pipeline import SynthOptions, synth_one
+
+    def body(rep: Reporter) -> dict[str, Any]:
+        t = sys.stdin.read() if text == "-" else text
+        return synth_one(SynthOptions(t, voice, output, engine=engine, preset=preset, seed=seed), rep)
+
+    def human(r: dict[str, Any]) -> None:
+        print(f"wrote {r['outputs']['audio']} ({r['duration']:.2f} s at {r['sample_rate']} Hz)")
+
+    return _execute(json_out, _verbosity(quiet, verbose), progress_jsonl, "synth", body, human)
+
+
+# ---- inspect -------------------------------------------------------------------------------------
+
+
+@app.command(epilog=EXIT_CODES_HELP)
+def inspect(
+    script: Annotated[Path, typer.Argument(help="Subtitles or script file.")],
+    voice: Annotated[list[str] | None, typer.Option("--voice", metavar="[NAME=]PATH")] = None,
+    video: Annotated[Path | None, typer.Option("--video")] = None,
+    engine: EngineOpt = None,
+    input_format: Annotated[str | None, typer.Option("--format")] = None,
+    name_prefix: Annotated[bool, typer.Option("--name-prefix")] = False,
+    batch_size: Annotated[int, typer.Option("--batch-size")] = 8,
+    max_batch_tokens: Annotated[int, typer.Option("--max-batch-tokens")] = 2000,
+    max_speedup: Annotated[float, typer.Option("--max-speedup")] = 1.25,
+    min_gap: Annotated[float, typer.Option("--min-gap")] = 0.08,
+    only: Annotated[str | None, typer.Option("--only", metavar="3,7-9")] = None,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = 0,
+) -> int:
+    """Show cues, speakers, batches and a timing forecast (no model is loaded)."""
+    from fasttts_cli.pipeline import DubOptions, inspect_job
+
+    opts = DubOptions(
+        script=script,
+        voices=list(voice or []),
+        video=video,
+        engine=engine,
+        input_format=input_format,
+        name_prefix=name_prefix,
+        batch_size=batch_size,
+        max_batch_tokens=max_batch_tokens,
+        max_speedup=max_speedup,
+        min_gap=min_gap,
+        only=only,
+    )
+    return _execute(
+        json_out, _verbosity(quiet, verbose), None, "inspect", lambda rep: inspect_job(opts), _print_inspect
+    )
+
+
+def _print_inspect(r: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console(soft_wrap=True)
+    fc = {t["index"]: t for t in r["forecast"]["lines"]}
+    t = Table(title=f"{r['script']}: {len(r['cues'])} lines (engine: {r['engine']['kind']})")
+    for col in ("#", "start", "end", "speaker", "tokens", "est. s", "factor", "action", "text"):
+        t.add_column(col)
+    for c in r["cues"]:
+        f = fc.get(c["index"], {})
+        t.add_row(
+            str(c["index"]),
+            f"{c['start']:.2f}",
+            f"{c['end']:.2f}",
+            c["speaker"] or "",
+            str(c["tokens"]),
+            f"{f.get('natural', 0):.2f}",
+            f"{f.get('factor', 1):.2f}",
+            f.get("action", ""),
+            c["text"],
+        )
+    con.print(t)
+    sp = ", ".join(f"{k} ({v['lines']} lines -> {v['voice']})" for k, v in r["speakers"].items())
+    con.print(f"speakers: {sp}")
+    for b in r["batches"]:
+        con.print(f"batch {b['index']}: voice {b['voice']}, lines {b['lines']}")
+    s = r["forecast"]["summary"]
+    con.print(
+        f"forecast at {r['forecast']['chars_per_second']} chars/s: max factor {s['max_factor']}, "
+        f"{s['actions'].get('shifted', 0)} shifted, {s['overflowing']} overflowing"
+    )
+
+
+# ---- presets -------------------------------------------------------------------------------------
+
+
+@app.command()
+def presets(json_out: JsonOpt = False, quiet: QuietOpt = False, verbose: VerboseOpt = 0) -> int:
+    """List the precision presets and what each needs."""
+
+    def body(rep: Reporter) -> dict[str, Any]:
+        return list_presets()
+
+    def human(r: dict[str, Any]) -> None:
+        from rich.console import Console
+        from rich.table import Table
+
+        t = Table(title="presets (build with: fasttts build --preset NAME)")
+        for col in ("name", "needs", "description", "file"):
+            t.add_column(col)
+        for p in r["presets"]:
+            t.add_row(p["name"], p["needs"], p["description"], p["file"])
+        Console(soft_wrap=True).print(t)
+
+    return _execute(json_out, _verbosity(quiet, verbose), None, "presets", body, human)
+
+
+def list_presets() -> dict[str, Any]:
+    from fasttts_cli.presets import available_presets, parse_preset
+
+    out = []
+    for name, path in sorted(available_presets().items()):
+        try:
+            p = parse_preset(path)
+        except FastTTSError as e:
+            out.append({"name": name, "file": str(path), "error": e.message, "needs": "?", "description": ""})
+            continue
+        backends = sorted({c.backend for c in p.components.values()})
+        out.append(
+            {
+                "name": p.name,
+                "file": str(path),
+                "description": p.description,
+                "backends": backends,
+                "precisions": sorted({c.precision for c in p.components.values()}),
+                "needs": _needs(backends),
+                "decode": p.run_keys()["decode"],
+                "s2mel": p.run_keys()["s2mel"],
+            }
+        )
+    return {"ok": True, "command": "presets", "presets": out}
+
+
+def _needs(backends: list[str]) -> str:
+    need = {
+        "onnxruntime-cpu": "CPU (onnxruntime)",
+        "onnxruntime-cuda": "NVIDIA GPU + onnxruntime-gpu",
+        "tensorrt": "NVIDIA GPU + TensorRT (extra `gpu`)",
+        "tensorrt-llm": "NVIDIA GPU + TensorRT-LLM (extra `trtllm`)",
+        "torch": "PyTorch (extra `build`)",
+    }
+    return "; ".join(need.get(b, b) for b in backends) or "-"
+
+
+# ---- doctor --------------------------------------------------------------------------------------
+
+
+@app.command()
+def doctor(json_out: JsonOpt = False, quiet: QuietOpt = False, verbose: VerboseOpt = 0) -> int:
+    """Check ffmpeg, engines, runtimes and the GPU stack; say what is missing and the licences in use."""
+    from fasttts_cli.doctor import run_doctor
+
+    def body(rep: Reporter) -> dict[str, Any]:
+        r = run_doctor()
+        r["_exit_code"] = 0 if r["ok"] else int(ExitCode.MISSING)
+        return r
+
+    def human(r: dict[str, Any]) -> None:
+        mark = {"ok": "ok ", "missing": "MISSING", "warn": "warn", "info": "-- "}
+        for c in r["checks"]:
+            print(f"[{mark.get(c['status'], c['status']):>7}] {c['name']}: {c['detail']}")
+            if c["fix"] and c["status"] != "ok":
+                print(f"          fix: {c['fix']}")
+        print("licences of the models in use:")
+        for kind, rows in r["licences"].items():
+            for row in rows:
+                print(f"  [{kind}] {row['model']}: {row['licence']}")
+        for p in r["problems"]:
+            print(f"problem: {p}")
+
+    return _execute(json_out, _verbosity(quiet, verbose), None, "doctor", body, human)
+
+
+# ---- lead's commands -----------------------------------------------------------------------------
+# LEAD: add `build`, `tiny-checkpoint`, `bench` and `calibrate` here, one small function each, as
+#   @app.command("tiny-checkpoint")
+#   def tiny_checkpoint(...) -> int:
+#       return _execute(json_out, _verbosity(quiet, verbose), None, "tiny-checkpoint", body, human)
+# where `body(rep) -> dict` does the work (import the heavy module inside it) and returns the JSON result;
+# `_execute` gives every command the same errors, exit codes and --json contract.
+
+
+# ---- entry point ---------------------------------------------------------------------------------
+
+
+def _sigterm(signum: int, frame: Any) -> None:
+    # Treat a polite kill like Ctrl-C: unwind through the same cleanup (temp files removed, cache consistent).
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console script entry: `fasttts`."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    json_out = "--json" in args
+    with contextlib.suppress(ValueError):  # ValueError: not the main thread (embedded use)
+        signal.signal(signal.SIGTERM, _sigterm)
+    cmd = _command_of(args)
+    try:
+        rv = app(args=args, prog_name="fasttts", standalone_mode=False)
+        code = rv if isinstance(rv, int) else 0
+    except _NO_ARGS as e:
+        # Bare `fasttts`: the help text, not an error message.
+        print(e.format_message(), file=sys.stderr)
+        code = int(ExitCode.USAGE)
+    except _ABORT:
+        code = _fail(json_out, None, cmd, "interrupted", None, 130, "interrupted", NORMAL)
+    except _CLICK_ERRORS as e:
+        msg, hint = e.format_message(), _usage_hint(e)
+        code = _fail(json_out, None, cmd, msg, hint, int(ExitCode.USAGE), "usage", NORMAL)
+    except _EXIT as e:
+        code = int(getattr(e, "exit_code", 0) or 0)
+    sys.exit(code)
+
+
+def _exc(attr: str) -> tuple[type[BaseException], ...]:
+    """The same exception from click and from typer's vendored copy of click (typer >= 0.2x)."""
+    found: list[type[BaseException]] = []
+    for mod in ("click.exceptions", "typer._click.exceptions", "typer.exceptions", "typer"):
+        try:
+            m = __import__(mod, fromlist=[attr])
+        except ImportError:
+            continue
+        if isinstance(getattr(m, attr, None), type):
+            found.append(getattr(m, attr))
+    return tuple(dict.fromkeys(found))
+
+
+_NO_ARGS = _exc("NoArgsIsHelpError")
+_ABORT = _exc("Abort")
+_CLICK_ERRORS = _exc("ClickException")
+_EXIT = _exc("Exit")
+
+
+def _command_of(args: list[str]) -> str:
+    return next((a for a in args if not a.startswith("-")), "")
+
+
+def _usage_hint(e: Exception) -> str | None:
+    ctx = getattr(e, "ctx", None)
+    if ctx is not None:
+        return f"see `{ctx.command_path} --help`"
+    return "see `fasttts --help`"
+
+
+if __name__ == "__main__":
+    main()

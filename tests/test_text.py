@@ -1,0 +1,197 @@
+"""Our text normaliser (numbers, symbols, casing, CJK) and the original's segmenting quirks."""
+
+from __future__ import annotations
+
+import pytest
+
+from fasttts_cli.indextts2.text import (
+    TextFrontEnd,
+    en_cardinal,
+    en_ordinal,
+    en_year,
+    normalize,
+    split_segments,
+    tokenize_by_cjk_char,
+    use_chinese,
+    zh_cardinal,
+)
+from tests.parity import parity_dir
+
+
+@pytest.mark.parametrize(
+    ("n", "words"),
+    [
+        (0, "zero"),
+        (7, "seven"),
+        (13, "thirteen"),
+        (40, "forty"),
+        (99, "ninety nine"),
+        (100, "one hundred"),
+        (1005, "one thousand five"),
+        (123456, "one hundred twenty three thousand four hundred fifty six"),
+        (2_000_000, "two million"),
+        (-3, "minus three"),
+    ],
+)
+def test_en_cardinal(n: int, words: str) -> None:
+    assert en_cardinal(n) == words
+
+
+def test_en_ordinal_and_year() -> None:
+    assert [en_ordinal(n) for n in (1, 2, 3, 5, 12, 20, 21, 100)] == [
+        "first", "second", "third", "fifth", "twelfth", "twentieth", "twenty first", "one hundredth",
+    ]  # fmt: skip
+    assert en_year(1999) == "nineteen ninety nine"
+    assert en_year(2005) == "two thousand five"
+    assert en_year(2025) == "twenty twenty five"
+    assert en_year(1900) == "nineteen hundred"
+    assert en_year(1905) == "nineteen oh five"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("I have 3 apples.", "I have three apples."),
+        ("It costs $12.50 now", "It costs twelve dollars fifty cents now"),
+        ("$1 only", "one dollar only"),
+        ("Save 25% today", "Save twenty five percent today"),
+        ("It is 2.5 meters", "It is two point five meters"),
+        ("1,234,567 people", "one million two hundred thirty four thousand five hundred sixty seven people"),
+        ("Born in 1999, on the 21st.", "Born in nineteen ninety nine, on the twenty first."),
+        ("Meet at 8:30 or 9:00", "Meet at eight thirty or nine o'clock"),
+        ("It was -5 outside", "It was minus five outside"),
+        ("Tom & Jerry", "Tom and Jerry"),
+        ("what's up? It's fine, he's here", "what is up? It is fine, he is here"),
+        ("Use GPT-5-nano (fast)", "Use GPT-five-nano 'fast'"),
+        ('He said: "wait..."', "He said, 'wait…'"),
+    ],
+)
+def test_normalize_english(text: str, expected: str) -> None:
+    assert not use_chinese(text)
+    assert normalize(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("n", "words"),
+    [
+        (0, "零"),
+        (10, "十"),
+        (15, "十五"),
+        (20, "二十"),
+        (105, "一百零五"),
+        (110, "一百一十"),
+        (1005, "一千零五"),
+        (10000, "一万"),
+        (10010, "一万零一十"),
+        (3150000, "三百一十五万"),
+        (20000000, "二千万"),
+        (100000000, "一亿"),
+        (100000005, "一亿零五"),
+    ],
+)
+def test_zh_cardinal(n: int, words: str) -> None:
+    assert zh_cardinal(n) == words
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("我有3个苹果。", "我有三个苹果."),
+        ("2025年共465篇，约315万字", "二零二五年共四百六十五篇,约三百一十五万字"),
+        ("50%的人", "百分之五十的人"),
+        ("2.5平方", "二点五平方"),
+        ("现在是20:05", "现在是二十点零五分"),
+        ("电话0135", "电话零一三五"),
+        ("“你好”（测试）！", "'你好''测试'!"),
+        ("晕xuan4是一种gan3觉", "晕XVAN4是一种gan3觉"),
+        ("今天是个好日子 it's a good day", "今天是个好日子 it is a good day"),
+        ("读<行|xing2>和12", "读<行|xing2>和十二"),
+    ],
+)
+def test_normalize_chinese(text: str, expected: str) -> None:
+    assert use_chinese(text)
+    assert normalize(text) == expected
+
+
+def test_route_choice_follows_the_original() -> None:
+    assert use_chinese("123")  # no Latin letter
+    assert use_chinese("me@example.com")
+    assert use_chinese("zhong4 yao4")  # tone pinyin
+    assert not use_chinese("beta1 and voice2")
+
+
+def test_cjk_split_uppercases_and_keeps_punctuation_on_the_latin_side() -> None:
+    assert tokenize_by_cjk_char("你好世界是 hello world 的中文") == "你 好 世 界 是 HELLO WORLD 的 中 文"
+    assert tokenize_by_cjk_char("  你好世界,this is it! ") == "你 好 世 界 ,THIS IS IT!"
+    assert tokenize_by_cjk_char("straße") == "STRASSE"
+
+
+# -------------------------------------------------------------------------------------- segmenting
+
+
+def test_split_cuts_after_sentence_end_only_past_two_tokens() -> None:
+    toks = ["A", ".", "B", "C", "D", ".", "E", "F"]
+    # "A ." is not cut (2 tokens); "A . B C D ." is; merging then joins what fits
+    assert split_segments(toks, 120) == [toks]
+    assert split_segments(toks, 6) == [["A", ".", "B", "C", "D", "."], ["E", "F"]]
+
+
+def test_split_quote_after_cut_closes_and_reopens() -> None:
+    toks = ["A", "B", "C", ".", "'", "D"]
+    assert split_segments(toks, 6) == [["A", "B", "C", ".", "'"], ["'", "D"]]
+    # merged back when it fits: the quote then appears twice, as in the original
+    assert split_segments(toks, 120) == [["A", "B", "C", ".", "'", "'", "D"]]
+
+
+def test_split_flushes_at_comma_and_hard_splits_long_runs() -> None:
+    toks = ["A", ",", "B", "C", "D", "E", "."]
+    with pytest.warns(RuntimeWarning):
+        segs = split_segments(toks, 4)
+    assert segs == [["A", ","], ["B", "C", "D", "E"], ["."]]
+    assert all(len(s) <= 4 for s in segs)
+
+
+def test_split_at_dash_and_merges_small_pieces() -> None:
+    toks = ["A", "B", "C", "-", "D", "E", "F", "?", "G"]
+    assert split_segments(toks, 4) == [["A", "B", "C", "-"], ["D", "E", "F", "?"], ["G"]]
+    assert split_segments(toks, 9) == [toks]
+
+
+def test_split_quick_streaming_keeps_the_first_piece_short() -> None:
+    toks = ["A", "B", "C", "."] * 4
+    assert split_segments(toks, 12) == [toks[:12], toks[12:]]
+    # no merging until more than `quick_streaming_tokens` tokens have gone by (unless within max/2)
+    assert split_segments(toks, 12, quick_streaming_tokens=10) == [toks[:4], toks[4:]]
+
+
+# ---------------------------------------------------------------------------------------- front end
+
+
+@pytest.fixture
+def front_end() -> TextFrontEnd:
+    path = parity_dir() / "bpe.model"
+    if not path.is_file():
+        pytest.skip("no bpe.model in the parity folder")
+    return TextFrontEnd.load(path, max_text_tokens=80)
+
+
+def test_front_end_numbers_reach_the_tokenizer(front_end: TextFrontEnd) -> None:
+    assert front_end.tokenize("这是1个测试") == ["▁", "这", "▁", "是", "▁", "一", "▁", "个", "▁", "测", "▁", "试"]
+    pieces = front_end.tokenize("it's 1 fox")
+    assert "".join(pieces).replace("▁", " ").strip() == "IT IS ONE FOX"
+    assert front_end.count_tokens("it's 1 fox") == len(front_end.encode("it's 1 fox")) == len(pieces)
+
+
+def test_front_end_lone_character_is_encoded_raw(front_end: TextFrontEnd) -> None:
+    assert front_end.tokenize(" x ") == list(front_end.sp.Encode(" x ", out_type=str))
+    assert front_end.tokenize("") == []
+
+
+def test_front_end_segment_limit_follows_config(front_end: TextFrontEnd) -> None:
+    assert front_end.max_segment_tokens == 80
+    text = "The quick brown fox, " * 30
+    segs = front_end.segments(text)
+    assert len(segs) > 1 and all(len(s) <= 80 for s in segs)
+    assert sum(len(s) for s in segs) == front_end.count_tokens(text)
+    assert all(len(s) <= 20 for s in front_end.segments(text, max_tokens=20))
+    assert TextFrontEnd(max_text_tokens=None).max_segment_tokens == 120
