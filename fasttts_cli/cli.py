@@ -517,8 +517,9 @@ def main(argv: list[str] | None = None) -> None:
     """Console script entry: `fasttts`."""
     args = list(sys.argv[1:] if argv is None else argv)
     json_out = "--json" in args
-    with contextlib.suppress(ValueError):  # ValueError: not the main thread (embedded use)
-        signal.signal(signal.SIGTERM, _sigterm)
+    if argv is None:  # the console script, not an embedding program or a test
+        with contextlib.suppress(ValueError):  # ValueError: not the main thread
+            signal.signal(signal.SIGTERM, _sigterm)
     cmd = _command_of(args)
     try:
         rv = app(args=args, prog_name="fasttts", standalone_mode=False)

@@ -430,6 +430,11 @@ def run_dub(
             synth.close()
 
 
+def _merge_batches(batches: list[list[int]], size: int) -> list[list[int]]:
+    flat = [i for b in batches for i in b]
+    return [flat[k : k + size] for k in range(0, len(flat), size)]
+
+
 class DubInterrupted(KeyboardInterrupt):
     """Ctrl-C during synthesis; `message` says what was kept."""
 
@@ -477,11 +482,13 @@ def _synthesize_all(
     rep.event("cache", to_synthesize=len(todo), cached=len(states) - len(todo))
 
     # Re-batch just the lines to synthesize, with the plan's own rule.
-    batches = (
-        [list(b.line_indices) for b in _plan(job.cues, job.voices, counter, o, set(todo)).batches]
-        if todo
-        else []
-    )
+    batches = [list(b.line_indices) for b in _plan(job.cues, job.voices, counter, o, set(todo)).batches]
+    if not synth.clones_voice:
+        # A non-cloning engine ignores the reference, so batches split by voice only cost extra
+        # process starts (~1 s each for piper): regroup them into --batch-size chunks.
+        batches = _merge_batches(batches, o.batch_size)
+    elif not todo:
+        batches = []
     try:
         with rep.stage("synthesize"):
             _synthesize(o, rep, synth, cache, states, batches, identity)

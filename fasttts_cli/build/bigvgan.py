@@ -90,16 +90,17 @@ class SnakeBeta(nn.Module):
 
 
 class UpSample1d(nn.Module):
-    def __init__(self, ratio: int, kernel: int) -> None:
+    def __init__(self, ratio: int, kernel: int, channels: int) -> None:
         super().__init__()
         self.ratio = ratio
+        self.channels = channels  # a python int, so an exported graph has a constant-shape kernel
         self.pad = kernel // ratio - 1
         self.crop_left = self.pad * ratio + (kernel - ratio) // 2
         self.crop_right = self.pad * ratio + (kernel - ratio + 1) // 2
         self.register_buffer("filter", torch.zeros(1, 1, kernel))
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor | None) -> torch.Tensor:
-        c = x.shape[1]
+        c = self.channels
         if lengths is None:
             x = F.pad(x, (self.pad, self.pad), mode="replicate")
         else:
@@ -109,8 +110,9 @@ class UpSample1d(nn.Module):
 
 
 class LowPassFilter1d(nn.Module):
-    def __init__(self, stride: int, kernel: int) -> None:
+    def __init__(self, stride: int, kernel: int, channels: int) -> None:
         super().__init__()
+        self.channels = channels
         even = kernel % 2 == 0
         self.pad_left = kernel // 2 - int(even)
         self.pad_right = kernel // 2
@@ -118,7 +120,7 @@ class LowPassFilter1d(nn.Module):
         self.register_buffer("filter", torch.zeros(1, 1, kernel))
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor | None) -> torch.Tensor:
-        c = x.shape[1]
+        c = self.channels
         if lengths is None:
             x = F.pad(x, (self.pad_left, self.pad_right), mode="replicate")
         else:
@@ -127,9 +129,9 @@ class LowPassFilter1d(nn.Module):
 
 
 class DownSample1d(nn.Module):
-    def __init__(self, ratio: int, kernel: int) -> None:
+    def __init__(self, ratio: int, kernel: int, channels: int) -> None:
         super().__init__()
-        self.lowpass = LowPassFilter1d(ratio, kernel)
+        self.lowpass = LowPassFilter1d(ratio, kernel, channels)
 
 
 class Activation1d(nn.Module):
@@ -139,8 +141,9 @@ class Activation1d(nn.Module):
         super().__init__()
         self.act = act
         self.ratio = ratio
-        self.upsample = UpSample1d(ratio, kernel)
-        self.downsample = DownSample1d(ratio, kernel)
+        channels = act.alpha.shape[0]
+        self.upsample = UpSample1d(ratio, kernel, channels)
+        self.downsample = DownSample1d(ratio, kernel, channels)
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor | None) -> torch.Tensor:
         x = self.act(self.upsample(x, lengths))

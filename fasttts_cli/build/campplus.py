@@ -43,7 +43,9 @@ class _ResBlock2d(nn.Module):
         self.bn2 = nn.BatchNorm2d(cout)
         self.shortcut = nn.Sequential()
         if stride != 1 or cin != cout:
-            self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride=(stride, 1), bias=False), nn.BatchNorm2d(cout))
+            self.shortcut = nn.Sequential(
+                nn.Conv2d(cin, cout, 1, stride=(stride, 1), bias=False), nn.BatchNorm2d(cout)
+            )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = F.relu(self.bn1(self.conv1(x)))
@@ -57,8 +59,12 @@ class FCM(nn.Module):
         super().__init__()
         self.conv1 = nn.Conv2d(1, channels, 3, stride=1, padding=1, bias=False)
         self.bn1 = nn.BatchNorm2d(channels)
-        self.layer1 = nn.Sequential(*[_ResBlock2d(channels, channels, 2 if i == 0 else 1) for i in range(blocks[0])])
-        self.layer2 = nn.Sequential(*[_ResBlock2d(channels, channels, 2 if i == 0 else 1) for i in range(blocks[1])])
+        self.layer1 = nn.Sequential(
+            *[_ResBlock2d(channels, channels, 2 if i == 0 else 1) for i in range(blocks[0])]
+        )
+        self.layer2 = nn.Sequential(
+            *[_ResBlock2d(channels, channels, 2 if i == 0 else 1) for i in range(blocks[1])]
+        )
         self.conv2 = nn.Conv2d(channels, channels, 3, stride=(2, 1), padding=1, bias=False)
         self.bn2 = nn.BatchNorm2d(channels)
 
@@ -83,7 +89,9 @@ class CAMLayer(nn.Module):
 
     def __init__(self, cin: int, cout: int, kernel: int, dilation: int, seg_len: int = 100):
         super().__init__()
-        self.linear_local = nn.Conv1d(cin, cout, kernel, padding=(kernel - 1) // 2 * dilation, dilation=dilation, bias=False)
+        self.linear_local = nn.Conv1d(
+            cin, cout, kernel, padding=(kernel - 1) // 2 * dilation, dilation=dilation, bias=False
+        )
         self.linear1 = nn.Conv1d(cin, cin // 2, 1)
         self.linear2 = nn.Conv1d(cin // 2, cout, 1)
         self.seg_len = seg_len
@@ -91,7 +99,11 @@ class CAMLayer(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.linear_local(x)
         seg = F.avg_pool1d(x, kernel_size=self.seg_len, stride=self.seg_len, ceil_mode=True)
-        seg = seg.unsqueeze(-1).expand(*seg.shape, self.seg_len).reshape(*seg.shape[:-1], -1)[..., : x.shape[-1]]
+        seg = (
+            seg.unsqueeze(-1)
+            .expand(*seg.shape, self.seg_len)
+            .reshape(*seg.shape[:-1], -1)[..., : x.shape[-1]]
+        )
         context = x.mean(-1, keepdim=True) + seg
         gate = torch.sigmoid(self.linear2(F.relu(self.linear1(context))))
         return y * gate
@@ -112,7 +124,10 @@ class CAMDenseTDNNLayer(nn.Module):
 class CAMDenseTDNNBlock(nn.ModuleDict):
     def __init__(self, layers: int, cin: int, growth: int, bottleneck: int, kernel: int, dilation: int):
         super().__init__(
-            {f"tdnnd{i + 1}": CAMDenseTDNNLayer(cin + i * growth, growth, bottleneck, kernel, dilation) for i in range(layers)}
+            {
+                f"tdnnd{i + 1}": CAMDenseTDNNLayer(cin + i * growth, growth, bottleneck, kernel, dilation)
+                for i in range(layers)
+            }
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -169,7 +184,9 @@ class CAMPPlus(nn.Module):
         xv.add_module("tdnn", TDNNLayer(head_channels * (feat_dim // 8), init_channels, 5, stride=2))
         ch = init_channels
         for i, (layers, dilation) in enumerate(zip(block_layers, _DILATIONS, strict=True)):
-            xv.add_module(f"block{i + 1}", CAMDenseTDNNBlock(layers, ch, growth, bottleneck, kernel, dilation))
+            xv.add_module(
+                f"block{i + 1}", CAMDenseTDNNBlock(layers, ch, growth, bottleneck, kernel, dilation)
+            )
             ch += layers * growth
             xv.add_module(f"transit{i + 1}", TransitLayer(ch, ch // 2))
             ch //= 2
@@ -191,12 +208,14 @@ def campplus_sizes(state: dict[str, torch.Tensor], file: Path) -> dict:
     head_ch = shape("head.conv1.weight")[0]
     init_ch, head_out, _ = shape("xvector.tdnn.linear.weight")
     growth, bottleneck, kernel = shape("xvector.block1.tdnnd1.cam_layer.linear_local.weight")
-    emb, pooled, _ = shape("xvector.dense.linear.weight")
+    emb = shape("xvector.dense.linear.weight")[0]
     blocks = []
     for b in range(1, 4):
         names = {m.group(1) for k in state if (m := re.match(rf"xvector\.block{b}\.tdnnd(\d+)\.", k))}
         blocks.append(len(names))
-    head_blocks = tuple(len({k.split(".")[2] for k in state if k.startswith(f"head.layer{i}.")}) for i in (1, 2))
+    head_blocks = tuple(
+        len({k.split(".")[2] for k in state if k.startswith(f"head.layer{i}.")}) for i in (1, 2)
+    )
     return dict(
         feat_dim=head_out // head_ch * 8,
         embedding_size=emb,

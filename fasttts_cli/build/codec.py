@@ -153,7 +153,7 @@ class SemanticCodec(nn.Module):
 
 
 class CodecQuantize(nn.Module):
-    """Export wrapper: `(features (B,T,1024), mask (B,T) int64) -> (indices (B,T) int64, S_ref (B,T,1024))`."""
+    """Export wrapper: `(features (B,T,1024), mask (B,T) int64) -> (indices (B,T) int64, S (B,T,1024))`."""
 
     def __init__(self, codec: SemanticCodec):
         super().__init__()
@@ -202,13 +202,23 @@ def load_codec(path: Path | str, cfg: dict | None = None) -> SemanticCodec:
     state = load_file(str(path))
     sizes = codec_sizes_from_state(state, path)
     if cfg:
-        for key in ("hidden_size", "vocos_dim", "vocos_intermediate_dim", "vocos_num_layers", "codebook_size", "codebook_dim"):
+        for key in (
+            "hidden_size",
+            "vocos_dim",
+            "vocos_intermediate_dim",
+            "vocos_num_layers",
+            "codebook_size",
+            "codebook_dim",
+        ):
             if key in cfg and int(cfg[key]) != getattr(sizes, key):
                 raise InputError(
-                    path, f"{key} is {getattr(sizes, key)} in the tensors but {cfg[key]} in config.yaml semantic_codec"
+                    path,
+                    f"{key} is {getattr(sizes, key)} in the tensors, {cfg[key]} in config.yaml",
                 )
         if int(cfg.get("num_quantizers", 1)) != 1 or int(cfg.get("downsample_scale", 1) or 1) > 1:
-            raise InputError(path, "only num_quantizers 1 and downsample_scale 1 are supported (IndexTTS-2's)")
+            raise InputError(
+                path, "only num_quantizers 1 and downsample_scale 1 are supported (IndexTTS-2's)"
+            )
     codec = SemanticCodec(sizes)
     strict_load(codec, state, path)
     return codec.eval()

@@ -80,7 +80,7 @@ class AdaptiveRMSNorm(nn.Module):
 def rope_table(t: int | torch.Tensor, head_dim: int, base: float, device: torch.device) -> torch.Tensor:
     """(T, head_dim/2, 2) cos/sin for positions 0..T-1 (gpt-fast's precompute_freqs_cis, on the fly)."""
     inv = 1.0 / (base ** (torch.arange(0, head_dim, 2, device=device)[: head_dim // 2].float() / head_dim))
-    ang = torch.outer(torch.arange(t, device=device), inv)
+    ang = torch.outer(torch.arange(t, device=device).to(inv.dtype), inv)
     return torch.stack([torch.cos(ang), torch.sin(ang)], dim=-1)
 
 

@@ -37,7 +37,9 @@ class W2VBertFeatures(nn.Module):
         self.register_buffer("mean", mean.detach().float().reshape(-1).clone())
         self.register_buffer("std", torch.sqrt(var.detach().float().reshape(-1)))
 
-    def hidden(self, input_features: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def hidden(
+        self, input_features: torch.Tensor, attention_mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(hidden_states[0], hidden_states[layer]) before normalisation."""
         h, _ = self.model.feature_projection(input_features)
         valid = attention_mask.to(torch.bool)
@@ -46,7 +48,12 @@ class W2VBertFeatures(nn.Module):
         # additive key mask (B,1,1,T): 0 where valid, the dtype's minimum where padded
         key_mask = (~valid).to(h.dtype)[:, None, None, :] * torch.finfo(h.dtype).min
         for block in self.model.encoder.layers[: self.layer]:
-            h = block(h, attention_mask=key_mask, relative_position_embeddings=None, conv_attention_mask=attention_mask)
+            h = block(
+                h,
+                attention_mask=key_mask,
+                relative_position_embeddings=None,
+                conv_attention_mask=attention_mask,
+            )
         return h0, h
 
     def forward(self, input_features: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -63,7 +70,9 @@ def _w2v_config(folder: Path, layer: int):
     cfg = Wav2Vec2BertConfig.from_json_file(str(cfg_path))
     if cfg.position_embeddings_type != "relative_key":
         # The other types are transformers features IndexTTS-2 never used; reject rather than guess.
-        raise InputError(cfg_path, f"position_embeddings_type {cfg.position_embeddings_type!r} is not supported")
+        raise InputError(
+            cfg_path, f"position_embeddings_type {cfg.position_embeddings_type!r} is not supported"
+        )
     if cfg.num_hidden_layers < layer:
         raise InputError(cfg_path, f"num_hidden_layers is {cfg.num_hidden_layers}; layer {layer} is needed")
     cfg.num_hidden_layers = layer  # layers past `layer` are never built nor run

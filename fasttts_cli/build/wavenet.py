@@ -4,7 +4,8 @@ Weight norm: the official files store `weight_g`/`weight_v` (the old `torch.nn.u
 Our layers hold the folded `weight` as their parameter, so inference and ONNX export see plain
 convolutions, but their `state_dict()` speaks the official keys: loading folds g/v (with the same
 `torch._weight_norm` call the original uses, so the folded weight is bit-identical), saving unfolds
-(g = ||w||, v = w; folding that back gives w within a rounding step).
+(g = ||w||, v = w; folding that back gives w within a rounding step). `state_dict(keep_vars=True)`
+returns the live folded `weight` instead, because tracing (ONNX export) finds parameters that way.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ class _WeightNormMixin:
 
     def _save_to_state_dict(self, destination, prefix, keep_vars):  # type: ignore[no-untyped-def]
         super()._save_to_state_dict(destination, prefix, keep_vars)  # type: ignore[misc]
+        if keep_vars:
+            # The live tensors (torch.jit/ONNX tracing and optimizers look parameters up this way).
+            return
         w = destination.pop(prefix + "weight")
         g, v = unfold_weight_norm(w)
         destination[prefix + "weight_g"] = g

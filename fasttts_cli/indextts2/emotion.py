@@ -36,7 +36,7 @@ class EmotionMatrices:
     def __post_init__(self) -> None:
         if self.spk.shape[0] != self.emo.shape[0] or sum(self.counts) != self.spk.shape[0]:
             raise ValueError(
-                f"feat1 {self.spk.shape} / feat2 {self.emo.shape} do not split into emo_num {list(self.counts)}"
+                f"feat1 {self.spk.shape} / feat2 {self.emo.shape} do not split by emo_num {list(self.counts)}"
             )
         if len(self.counts) != len(CATEGORIES):
             raise ValueError(f"emo_num has {len(self.counts)} entries, {len(CATEGORIES)} categories expected")
@@ -71,7 +71,9 @@ def emotion_matrix_vector(weights: Sequence[float], proto: np.ndarray, mats: Emo
 def apply_emotion_vector(emovec: np.ndarray, weights: Sequence[float], mat_vec: np.ndarray) -> np.ndarray:
     """The emovec the GPT gets in vector mode: mat_vec + (1 - sum w) * emovec (shapes (B, D))."""
     w = _weights(weights)
-    return (np.asarray(mat_vec, np.float64) + (1.0 - w.sum()) * np.asarray(emovec, np.float64)).astype(np.float32)
+    return (np.asarray(mat_vec, np.float64) + (1.0 - w.sum()) * np.asarray(emovec, np.float64)).astype(
+        np.float32
+    )
 
 
 def emotion_vector_mode(
@@ -93,7 +95,11 @@ def scale_weights(weights: Sequence[float], emo_alpha: float) -> list[float]:
 
 def normalize_weights(weights: Sequence[float], apply_bias: bool = True) -> list[float]:
     """The original web UI's normalize_emo_vec: per-category bias, then rescale so the sum is <= 0.8."""
-    w = [float(x) * b for x, b in zip(weights, _UI_BIAS, strict=True)] if apply_bias else [float(x) for x in weights]
+    w = (
+        [float(x) * b for x, b in zip(weights, _UI_BIAS, strict=True)]
+        if apply_bias
+        else [float(x) for x in weights]
+    )
     total = sum(w)
     if total > _UI_MAX_SUM:
         w = [x * (_UI_MAX_SUM / total) for x in w]
@@ -110,5 +116,7 @@ def _weights(weights: Sequence[float]) -> np.ndarray:
     # the original holds w in a float32 tensor
     w = np.asarray(weights, dtype=np.float32).astype(np.float64)
     if w.shape != (len(CATEGORIES),):
-        raise ValueError(f"an emotion vector has {len(CATEGORIES)} values ({', '.join(CATEGORIES)}), got {w.shape}")
+        raise ValueError(
+            f"an emotion vector has {len(CATEGORIES)} values ({', '.join(CATEGORIES)}), got {w.shape}"
+        )
     return w

@@ -247,10 +247,8 @@ def seamless_fbank(audio_16k: np.ndarray) -> np.ndarray:
     power = _kaldi_power_frames(x, complex64=True)
     logmel = np.log(np.maximum(power @ _KALDI_BANKS, 1.192092955078125e-07)).astype(np.float32)
     f = logmel.astype(np.float64)
-    if f.shape[0] < 2:  # ddof=1 variance is undefined (numpy gives nan); keep the original's behaviour
-        var = np.full((1, f.shape[1]), np.nan)
-    else:
-        var = f.var(axis=0, ddof=1, keepdims=True)
+    # with one frame the ddof=1 variance is undefined (nan), as in the original
+    var = np.full((1, f.shape[1]), np.nan) if f.shape[0] < 2 else f.var(axis=0, ddof=1, keepdims=True)
     return ((f - f.mean(axis=0, keepdims=True)) / np.sqrt(var + 1e-7)).astype(np.float32)
 
 
@@ -297,8 +295,10 @@ def _mel_to_hz_slaney(m: np.ndarray) -> np.ndarray:
     return np.where(m >= min_log_mel, min_log_hz * np.exp(logstep * (m - min_log_mel)), f_sp * m)
 
 
-def slaney_mel_filters(sr: int, n_fft: int, n_mels: int, fmin: float = 0.0, fmax: float | None = None) -> np.ndarray:
-    """librosa.filters.mel(sr, n_fft, n_mels, fmin, fmax) (Slaney scale and area norm): (n_mels, n_fft//2+1)."""
+def slaney_mel_filters(
+    sr: int, n_fft: int, n_mels: int, fmin: float = 0.0, fmax: float | None = None
+) -> np.ndarray:
+    """librosa.filters.mel(sr, n_fft, n_mels, fmin, fmax), Slaney scale + area norm: (n_mels, n_fft//2+1)."""
     fmax = sr / 2.0 if fmax is None else float(fmax)
     fft_f = np.fft.rfftfreq(n_fft, d=1.0 / sr)
     mel_f = _mel_to_hz_slaney(np.linspace(_hz_to_mel_slaney(fmin), _hz_to_mel_slaney(fmax), n_mels + 2))
@@ -352,7 +352,9 @@ def log_mel(audio_22k: np.ndarray, p: MelParams | None = None) -> np.ndarray:
     x = np.pad(x, (pad, pad), mode="reflect")
     window = np.zeros(p.n_fft)
     off = (p.n_fft - p.win_length) // 2  # torch.stft centres a shorter window inside n_fft
-    window[off : off + p.win_length] = 0.5 - 0.5 * np.cos(2.0 * math.pi * np.arange(p.win_length) / p.win_length)
+    window[off : off + p.win_length] = 0.5 - 0.5 * np.cos(
+        2.0 * math.pi * np.arange(p.win_length) / p.win_length
+    )
     frames = sliding_window_view(x, p.n_fft)[:: p.hop_length] * window
     spec = np.fft.rfft(frames, axis=1)
     mag = np.sqrt(spec.real**2 + spec.imag**2 + 1e-9)

@@ -85,16 +85,17 @@ def use_chinese(text: str) -> bool:
 
 
 def tokenize_by_cjk_char(text: str) -> str:
-    """Spaces around every CJK character; other runs stripped and UPPERCASED (the original's pre-tokenizer)."""
+    """Spaces around every CJK character, other runs stripped and UPPERCASED (the original pre-tokenizer)."""
     parts = _CJK_SPLIT.split(text.strip())
     return " ".join(p.strip().upper() for p in parts if p.strip())
 
 
 # ------------------------------------------------------------------------------------ English numbers
 
-_ONES = "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen \
-sixteen seventeen eighteen nineteen".split()
-_TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
+_ONES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+         "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen",
+         "nineteen"]  # fmt: skip
+_TENS = ["", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
 _SCALES = ["", "thousand", "million", "billion", "trillion", "quadrillion"]
 _ORD_IRREGULAR = {"one": "first", "two": "second", "three": "third", "five": "fifth", "eight": "eighth",
                   "nine": "ninth", "twelve": "twelfth"}  # fmt: skip
@@ -342,7 +343,9 @@ def normalize(text: str) -> str:
     text = _restore(text, {k: _correct_pinyin(v) for k, v in pinyin.items()})
     if terms:
         text = re.sub(r"\s*HYPHENPLACEHOLDER\s*", "-", text)
-    text = (_ZH_CHAR_RE if chinese else _CHAR_RE).sub(lambda m: (_ZH_CHAR_MAP if chinese else _CHAR_MAP)[m.group()], text)
+    text = (_ZH_CHAR_RE if chinese else _CHAR_RE).sub(
+        lambda m: (_ZH_CHAR_MAP if chinese else _CHAR_MAP)[m.group()], text
+    )
     return _restore(text, annotations)
 
 
@@ -377,7 +380,11 @@ def _cut_at(tokens: list[str], cuts: tuple[str, ...], max_tokens: int, quick: in
                 cur = []
             continue
         else:
-            warnings.warn(f"a sentence of {len(cur)} tokens exceeds {max_tokens}; cut by length", RuntimeWarning)
+            warnings.warn(
+                f"a sentence of {len(cur)} tokens exceeds {max_tokens}; cut by length",
+                RuntimeWarning,
+                stacklevel=2,
+            )
             sub = [cur[j : j + max_tokens] for j in range(0, len(cur), max_tokens)]
         pieces.extend(sub)
         cur = []
@@ -399,7 +406,9 @@ def _cut_at(tokens: list[str], cuts: tuple[str, ...], max_tokens: int, quick: in
     return merged
 
 
-def split_segments(pieces: list[str], max_tokens: int = MAX_SEGMENT_TOKENS, quick_streaming_tokens: int = 0) -> list[list[str]]:
+def split_segments(
+    pieces: list[str], max_tokens: int = MAX_SEGMENT_TOKENS, quick_streaming_tokens: int = 0
+) -> list[list[str]]:
     """The original's TextTokenizer.split_segments on SentencePiece pieces."""
     return _cut_at(list(pieces), SENTENCE_END_TOKENS, max_tokens, quick_streaming_tokens)
 
@@ -414,7 +423,9 @@ class TextFrontEnd:
     original's 120: a segment never exceeds what the GPT's text position table holds.
     """
 
-    def __init__(self, max_text_tokens: int | None = None, normalizer: Callable[[str], str] | None = normalize):
+    def __init__(
+        self, max_text_tokens: int | None = None, normalizer: Callable[[str], str] | None = normalize
+    ):
         self.sp = None
         # an explicit segment limit may exceed 120 but never the GPT's text position table
         self.max_text_tokens = max_text_tokens or 10**9
@@ -472,7 +483,7 @@ class TextFrontEnd:
         unk = sp.unk_id()
         if any(i == unk for i in out):
             bad = [p for p, i in zip(pieces, out, strict=True) if i == unk]
-            warnings.warn(f"text pieces unknown to the tokenizer: {bad}", RuntimeWarning)
+            warnings.warn(f"text pieces unknown to the tokenizer: {bad}", RuntimeWarning, stacklevel=2)
         return out
 
     def encode(self, text: str) -> list[int]:
@@ -481,10 +492,14 @@ class TextFrontEnd:
     def count_tokens(self, text: str) -> int:
         return len(self.tokenize(text))
 
-    def segment_pieces(self, text: str, max_tokens: int | None = None, quick_streaming_tokens: int = 0) -> list[list[str]]:
+    def segment_pieces(
+        self, text: str, max_tokens: int | None = None, quick_streaming_tokens: int = 0
+    ) -> list[list[str]]:
         limit = self.max_segment_tokens if max_tokens is None else min(max_tokens, self.max_text_tokens)
         return split_segments(self.tokenize(text), limit, quick_streaming_tokens)
 
-    def segments(self, text: str, max_tokens: int | None = None, quick_streaming_tokens: int = 0) -> list[list[int]]:
+    def segments(
+        self, text: str, max_tokens: int | None = None, quick_streaming_tokens: int = 0
+    ) -> list[list[int]]:
         """GPT text ids per segment (each becomes `[0] + ids + [1]` inside the GPT prefix)."""
         return [self.ids(p) for p in self.segment_pieces(text, max_tokens, quick_streaming_tokens)]

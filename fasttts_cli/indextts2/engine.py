@@ -1,0 +1,707 @@
+"""IndexTTS-2 engine: the stage API over an engine folder's sessions (numpy + ONNX Runtime, never torch).
+
+`IndexTTS2Engine.load(folder)` reads the manifest (and nothing outside the folder), refuses an engine this
+runtime cannot drive with a message naming what differs, and opens each component lazily, so a caller
+that only needs the tokenizer pays for nothing else. Every stage takes explicit arrays and returns arrays,
+so each can be compared with the original implementation on its own (stage numbers as in
+../shared/parity/README.md):
+
+    speaker_audio / emotion_audio        1.1 / 1.8   file -> waveforms at the model rates
+    w2v_bert                             1.2-1.3     16 kHz audio -> normalised layer-17 features (T, 1024)
+    codec_quantize                       1.4         features -> (codes, S_ref)
+    ref_mel, style                       1.5, 1.6    prompt mel (80, Tm), CAMPPlus style (192,)
+    prompt_condition                     1.7         S_ref -> (Tm, C)
+    speaker_conditioning                 3.2         features -> speaker latents (32, D)
+    emotion_vector(_mode)                3.1, 3.3    emovec (D,)
+    prefix                               3.4         (P, D)
+    generate                             3.5 + sampling   codes per line (batched, per-line generators)
+    latent                               3.7         (n, D) per line
+    s2mel_content                        4.1         cond (B, Tg, C), ylens
+    cfm                                  4.4         Euler CFM with batched CFG, start noise injected
+    vocode                               5           wavs, cropped per row
+
+Composite helpers (`features`, `voice_conditioning`, `synthesize_codes`) chain them for the synthesizer.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fasttts_cli.engine_folder import Manifest, check_preset_matches, read_manifest
+from fasttts_cli.errors import EngineMismatchError, UsageError
+from fasttts_cli.indextts2 import decode as dec
+from fasttts_cli.indextts2 import emotion as emo
+from fasttts_cli.indextts2 import features as feat
+from fasttts_cli.indextts2.sampling import Decoded, LineDecoder, SamplingParams
+from fasttts_cli.indextts2.sessions import Session, SessionOptions, open_session
+from fasttts_cli.presets import Preset, load_preset
+
+MODEL_ID = "indextts2"
+SUPPORTED_MODEL_VERSIONS = ("2", "2.0")
+SUPPORTED_BACKENDS = ("onnxruntime-cpu", "onnxruntime-cuda")
+
+# Component graph names (export.py's `graph_specs`) and the IO names this runtime feeds and reads.
+W2V_BERT = "w2v_bert"
+CODEC_QUANTIZE = "codec_quantize"
+CODEC_VQ2EMB = "codec_vq2emb"
+CAMPPLUS = "campplus"
+SPEAKER_CONDITIONER = "speaker_conditioner"
+EMOTION_CONDITIONER = "emotion_conditioner"
+GPT_TRUNK = "gpt_trunk"
+S2MEL_CONTENT = "s2mel_content"
+LENGTH_REGULATOR = "length_regulator"
+DIT_CFG_STEP = "dit_cfg_step"
+VOCODER = "bigvgan"
+
+_FIXED_IO: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    W2V_BERT: (("input_features", "attention_mask"), ("spk_cond_emb",)),
+    CODEC_QUANTIZE: (("features", "mask"), ("indices", "quantized")),
+    CODEC_VQ2EMB: (("codes",), ("embedding",)),
+    CAMPPLUS: (("fbank",), ("style",)),
+    SPEAKER_CONDITIONER: (("features", "lengths"), ("latents",)),
+    EMOTION_CONDITIONER: (("features", "lengths"), ("emovec",)),
+    S2MEL_CONTENT: (("latent", "vq_emb", "code_lens"), ("cond", "ylens")),
+    LENGTH_REGULATOR: (("x", "x_lens", "y_lens"), ("y",)),
+    DIT_CFG_STEP: (("x", "prompt_x", "x_lens", "t", "style", "mu", "cfg_rate"), ("v",)),
+    VOCODER: (("mel", "lengths"), ("wav",)),
+}
+
+# Host-side arrays (manifest `files` keys) besides the GPT tables of decode.TABLE_FILES.
+W2V_MEAN, W2V_VAR, SPK_MATRIX, EMO_MATRIX, BPE_MODEL = (
+    "w2v_stat_mean",
+    "w2v_stat_var",
+    "spk_matrix",
+    "emo_matrix",
+    "bpe_model",
+)
+
+_CONFIG_KEYS = {
+    "gpt": ("model_dim", "layers", "heads", "max_mel_tokens", "max_text_tokens", "start_mel_token"),
+    "s2mel": ("sr", "n_fft", "win_length", "hop_length", "n_mels", "style_dim", "code_to_frames"),
+    "vocoder": ("hop", "sampling_rate"),
+}
+
+
+def required_io(layers: int) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
+    """Every component this runtime drives, with the input and output names it uses."""
+    io = dict(_FIXED_IO)
+    io[GPT_TRUNK] = (
+        (dec.INPUTS_EMBEDS, dec.ATTENTION_MASK, *dec.past_names(layers)),
+        (dec.LOGITS, dec.HIDDEN, *dec.present_names(layers)),
+    )
+    return io
+
+
+# --------------------------------------------------------------------------------------- data at seams
+
+
+@dataclass
+class SpeakerFeatures:
+    """Stages 1.1-1.7 of one speaker reference."""
+
+    spk_cond_emb: np.ndarray  # (T, 1024) normalised w2v-BERT layer-17 features
+    s_ref: np.ndarray  # (T, 1024) codec-quantized features
+    ref_mel: np.ndarray  # (n_mels, Tm) CFM prompt
+    style: np.ndarray  # (style_dim,) CAMPPlus
+    prompt_condition: np.ndarray  # (Tm, C) length regulator of S_ref to Tm frames
+
+
+@dataclass
+class VoiceConditioning:
+    """Everything synthesis needs from a reference voice (+ emotion); what the voice cache stores."""
+
+    spk_latents: np.ndarray  # (num_latents, D) speaker perceiver output, before the emovec is added
+    emovec: np.ndarray  # (D,) the emotion vector the GPT gets
+    style: np.ndarray  # (style_dim,)
+    ref_mel: np.ndarray  # (n_mels, Tm)
+    prompt_condition: np.ndarray  # (Tm, C)
+
+    FIELDS = ("spk_latents", "emovec", "style", "ref_mel", "prompt_condition")
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {k: np.asarray(getattr(self, k), dtype=np.float32) for k in self.FIELDS}
+
+    @classmethod
+    def from_arrays(cls, arrays: Mapping[str, np.ndarray]) -> VoiceConditioning:
+        missing = [k for k in cls.FIELDS if k not in arrays]
+        if missing:
+            raise KeyError(f"voice conditioning lacks {', '.join(missing)}")
+        return cls(**{k: np.asarray(arrays[k], dtype=np.float32) for k in cls.FIELDS})
+
+
+@dataclass
+class CFMInputs:
+    """One batch of rows for `cfm`, padded to the longest row (built by `cfm_inputs`)."""
+
+    cat_condition: np.ndarray  # (B, T, C) [prompt condition | content] per row
+    x_lens: np.ndarray  # (B,) int64 Tm_b + Tg_b
+    prompt: np.ndarray  # (B, n_mels, Tp) ref mels, valid up to prompt_lens
+    prompt_lens: np.ndarray  # (B,) int64 Tm_b
+    style: np.ndarray  # (B, style_dim)
+
+
+@dataclass
+class StageTimes:
+    """Wall time per stage (seconds, summed over calls) and call counts; the bench reads these."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+    calls: dict[str, int] = field(default_factory=dict)
+
+    @contextmanager
+    def time(self, stage: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[stage] = self.seconds.get(stage, 0.0) + time.perf_counter() - t0
+            self.calls[stage] = self.calls.get(stage, 0) + 1
+
+    def reset(self) -> None:
+        self.seconds.clear()
+        self.calls.clear()
+
+
+class NoStopDecoder(LineDecoder):
+    """A LineDecoder that never picks the stop token: with max_tokens N it generates exactly N codes.
+    For timing (bench `--tokens N`), never for real synthesis."""
+
+    def step(self, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        logits = np.array(logits, dtype=np.float32, copy=True)
+        logits[:, self.params.stop_token] = -np.inf
+        return super().step(logits)
+
+
+def euler_times(steps: int, schedule: str = "uniform") -> np.ndarray:
+    """(steps + 1,) float32 time points. "uniform" is torch.linspace(0, 1, steps + 1) value for value
+    (torch fills the first half from the start and the second half from the end); "sway" is the F5-TTS
+    sway schedule t + s (cos(pi t / 2) - 1 + t) with s = -1 (more steps near t = 0)."""
+    if steps < 1:
+        raise ValueError(f"s2mel steps must be >= 1, got {steps}")
+    n = steps + 1
+    step = np.float32(1.0) / np.float32(steps)
+    idx = np.arange(n)
+    t = np.where(
+        idx < n // 2,
+        np.float32(0.0) + step * idx.astype(np.float32),
+        np.float32(1.0) - step * (n - 1 - idx).astype(np.float32),
+    ).astype(np.float32)
+    if schedule == "uniform":
+        return t
+    if schedule == "sway":
+        t64 = t.astype(np.float64)
+        return (t64 - (np.cos(np.pi / 2 * t64) - 1 + t64)).astype(np.float32)
+    raise ValueError(f"unknown s2mel schedule {schedule!r} (uniform, sway)")
+
+
+def resolve_preset(manifest: Manifest, preset: Preset | str | Path | None, folder: Path) -> Preset:
+    """The run-time preset: the given one (its build keys must equal the engine's), else the engine's own."""
+    if preset is None:
+        try:
+            p = load_preset(manifest.preset)
+        except UsageError:
+            # A preset file that is not shipped: the engine's build keys stand, run keys take defaults.
+            return Preset(name=manifest.preset)
+    else:
+        p = preset if isinstance(preset, Preset) else load_preset(preset)
+    check_preset_matches(manifest, p.name, p.build_keys(), folder)
+    return p
+
+
+def _pad_stack(rows: Sequence[np.ndarray], axis: int = 0, value: float = 0.0) -> np.ndarray:
+    """Stack arrays that differ in length along `axis` (right-padded with `value`) into (B, ...)."""
+    n = max(r.shape[axis] for r in rows)
+    out = []
+    for r in rows:
+        pad = [(0, 0)] * r.ndim
+        pad[axis] = (0, n - r.shape[axis])
+        out.append(np.pad(r, pad, constant_values=value))
+    return np.stack(out)
+
+
+# ---------------------------------------------------------------------------------------------- engine
+
+
+class IndexTTS2Engine:
+    """The stage API over one engine folder. Sessions open on first use (`open_all` to force)."""
+
+    def __init__(
+        self, folder: Path, manifest: Manifest, preset: Preset, options: SessionOptions | None = None
+    ) -> None:
+        self.folder = folder
+        self.manifest = manifest
+        self.preset = preset
+        self.options = options or SessionOptions()
+        self.times = StageTimes()
+        cfg = manifest.config
+        g = cfg["gpt"]
+        self.layers, self.heads, self.model_dim = int(g["layers"]), int(g["heads"]), int(g["model_dim"])
+        s2 = cfg["s2mel"]
+        self.mel_params = feat.MelParams(
+            sr=int(s2["sr"]),
+            n_fft=int(s2["n_fft"]),
+            win_length=int(s2["win_length"]),
+            hop_length=int(s2["hop_length"]),
+            n_mels=int(s2["n_mels"]),
+            fmin=float(s2.get("fmin") or 0.0),
+            fmax=None if s2.get("fmax") in (None, "None") else float(s2["fmax"]),
+        )
+        self.code_to_frames = float(s2["code_to_frames"])
+        self.hop = int(cfg["vocoder"]["hop"])
+        self.sample_rate = int(cfg["vocoder"]["sampling_rate"])
+        self.tokens = dec.GPTTokens(
+            start_text=int(g.get("start_text_token", 0)),
+            stop_text=int(g.get("stop_text_token", 1)),
+            start_mel=int(g["start_mel_token"]),
+            stop_mel=int(g.get("stop_mel_token", int(g["start_mel_token"]) + 1)),
+        )
+        self.emo_num = tuple(int(x) for x in cfg.get("emo_num", emo.EMO_NUM))
+        self._sessions: dict[str, Session] = {}
+        self._emb: dec.HostEmbeddings | None = None
+        self._decoder: dec.GPTDecoder | None = None
+        self._mats: emo.EmotionMatrices | None = None
+        self._text: Any = None
+
+    # ------------------------------------------------------------------------------- loading
+
+    @classmethod
+    def load(
+        cls,
+        engine_dir: Path | str,
+        preset: Preset | str | Path | None = None,
+        threads: int | None = None,
+    ) -> IndexTTS2Engine:
+        folder = Path(engine_dir)
+        manifest = read_manifest(folder, expect_model=MODEL_ID)
+        check_manifest(manifest, folder)
+        p = resolve_preset(manifest, preset, folder)
+        return cls(folder, manifest, p, SessionOptions(threads=threads))
+
+    def identity(self) -> str:
+        return self.manifest.identity()
+
+    def session(self, name: str) -> Session:
+        s = self._sessions.get(name)
+        if s is None:
+            comp = self.manifest.components[name]
+            s = open_session(self.folder / comp.file, comp.backend, self.options)
+            want_in, want_out = required_io(self.layers)[name]
+            have_in = {i.name for i in s.inputs}
+            have_out = {o.name for o in s.outputs}
+            if set(want_in) != have_in or not set(want_out) <= have_out:
+                raise EngineMismatchError(
+                    f"{self.folder / comp.file}: component {name!r} has inputs {sorted(have_in)} and "
+                    f"outputs {sorted(have_out)}; this runtime feeds {list(want_in)} and reads "
+                    f"{list(want_out)}",
+                    hint="rebuild the engine with this version of `fasttts build`",
+                )
+            self._sessions[name] = s
+        return s
+
+    def open_all(self) -> None:
+        for name in required_io(self.layers):
+            self.session(name)
+
+    def file(self, key: str) -> Path:
+        return self.folder / self.manifest.files[key]
+
+    @property
+    def text(self) -> Any:
+        """The TextFrontEnd (tokenizer + segmenter) from the engine's own bpe.model."""
+        if self._text is None:
+            self._text = load_text_front_end(self.folder, self.manifest, self.preset)
+        return self._text
+
+    @property
+    def embeddings(self) -> dec.HostEmbeddings:
+        if self._emb is None:
+            arrays = {
+                k: np.load(self.file(Path(f).stem), allow_pickle=False).astype(np.float32)
+                for k, f in dec.TABLE_FILES.items()
+            }
+            self._emb = dec.HostEmbeddings(**arrays, tokens=self.tokens)
+        return self._emb
+
+    @property
+    def decoder(self) -> dec.GPTDecoder:
+        if self._decoder is None:
+            self._decoder = dec.GPTDecoder(
+                self.session(GPT_TRUNK), self.embeddings, layers=self.layers, heads=self.heads
+            )
+        return self._decoder
+
+    @property
+    def emotion_matrices(self) -> emo.EmotionMatrices:
+        if self._mats is None:
+            self._mats = emo.EmotionMatrices(
+                spk=np.load(self.file(SPK_MATRIX), allow_pickle=False).astype(np.float32),
+                emo=np.load(self.file(EMO_MATRIX), allow_pickle=False).astype(np.float32),
+                counts=self.emo_num,
+            )
+        return self._mats
+
+    @property
+    def max_codes(self) -> int:
+        """Most codes one segment can have (mel position table), whatever the preset asks."""
+        return self.embeddings.max_codes
+
+    def close(self) -> None:
+        self._sessions.clear()
+        self._decoder = None
+
+    # ------------------------------------------------------------------------------- stage 1: audio
+
+    def speaker_audio(self, path: Path | str) -> feat.SpeakerAudio:
+        """Stage 1.1: 22.05 kHz (soxr HQ, cut to the preset's max_ref_seconds) and 16 kHz (sinc)."""
+        return feat.load_speaker_audio(path, self.preset.limits.max_ref_seconds)
+
+    def emotion_audio(self, path: Path | str) -> np.ndarray:
+        """Stage 1.8: the emotion path loads straight to 16 kHz (not via 22.05 kHz)."""
+        return feat.load_emotion_audio(path, self.preset.limits.max_ref_seconds)
+
+    def w2v_bert(self, audio_16k: np.ndarray) -> np.ndarray:
+        """Stages 1.2-1.3: (T, 1024) normalised hidden_states[17] of one 16 kHz waveform."""
+        with self.times.time("w2v_bert"):
+            x, mask = feat.w2v_bert_features(audio_16k)
+            out = self.session(W2V_BERT).run(["spk_cond_emb"], {"input_features": x, "attention_mask": mask})
+        return out["spk_cond_emb"][0, : int(mask[0].sum())]
+
+    def codec_quantize(self, spk_cond_emb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Stage 1.4: (codes (T,), S_ref (T, 1024))."""
+        x = np.asarray(spk_cond_emb, np.float32)[None]
+        out = self.session(CODEC_QUANTIZE).run(
+            ["indices", "quantized"], {"features": x, "mask": np.ones(x.shape[:2], np.int64)}
+        )
+        return out["indices"][0], out["quantized"][0]
+
+    def ref_mel(self, audio_22k: np.ndarray) -> np.ndarray:
+        """Stage 1.5: (n_mels, floor(N / hop)) log-mel, the CFM prompt."""
+        return feat.log_mel(audio_22k, self.mel_params)
+
+    def style(self, audio_16k: np.ndarray) -> np.ndarray:
+        """Stage 1.6: CAMPPlus style (style_dim,) from the mean-normalised Kaldi fbank."""
+        _, fbank = feat.campplus_fbank(audio_16k)
+        return self.session(CAMPPLUS).run(["style"], {"fbank": fbank[None]})["style"][0]
+
+    def length_regulator(self, x: np.ndarray, y_len: int) -> np.ndarray:
+        """Stage 1.7 (prompt condition): (T, 1024) -> (y_len, C), nearest upsampling + conv stack."""
+        x = np.asarray(x, np.float32)[None]
+        out = self.session(LENGTH_REGULATOR).run(
+            ["y"],
+            {"x": x, "x_lens": np.array([x.shape[1]], np.int64), "y_lens": np.array([y_len], np.int64)},
+        )
+        return out["y"][0]
+
+    def features(self, audio: feat.SpeakerAudio) -> SpeakerFeatures:
+        """Stages 1.2-1.7 for a speaker reference."""
+        spk = self.w2v_bert(audio.audio_16k)
+        with self.times.time("speaker_features"):
+            _, s_ref = self.codec_quantize(spk)
+            mel = self.ref_mel(audio.audio_22k)
+            style = self.style(audio.audio_16k)
+            prompt = self.length_regulator(s_ref, mel.shape[1])
+        return SpeakerFeatures(spk, s_ref, mel, style, prompt)
+
+    # ------------------------------------------------------------------------------- stage 3: GPT
+
+    def _cond_lengths(self, t: int, width: int) -> np.ndarray:
+        # The original passes the feature width (1024) as the length: nothing is masked for T <= 1024.
+        return np.array([min(t, width)], np.int64)
+
+    def speaker_conditioning(self, spk_cond_emb: np.ndarray) -> np.ndarray:
+        """Stage 3.2: (T, 1024) -> speaker latents (num_latents, D)."""
+        x = np.asarray(spk_cond_emb, np.float32)
+        with self.times.time("conditioners"):
+            out = self.session(SPEAKER_CONDITIONER).run(
+                ["latents"], {"features": x[None], "lengths": self._cond_lengths(*x.shape)}
+            )
+        return out["latents"][0]
+
+    def emovec_of(self, cond_emb: np.ndarray) -> np.ndarray:
+        """get_emovec: (T, 1024) -> (D,)."""
+        x = np.asarray(cond_emb, np.float32)
+        with self.times.time("conditioners"):
+            out = self.session(EMOTION_CONDITIONER).run(
+                ["emovec"], {"features": x[None], "lengths": self._cond_lengths(*x.shape)}
+            )
+        return out["emovec"][0]
+
+    def emotion_vector(self, emo_cond_emb: np.ndarray, spk_cond_emb: np.ndarray, alpha: float = 1.0) -> np.ndarray:
+        """Stage 3.1: merge_emovec = base + alpha (emo - base), base from the speaker features."""
+        base = self.emovec_of(spk_cond_emb)
+        return emo.blend_emovec(base[None], self.emovec_of(emo_cond_emb)[None], alpha)[0]
+
+    def emotion_vector_mode(
+        self, style: np.ndarray, weights: Sequence[float], emovec: np.ndarray, alpha: float = 1.0
+    ) -> np.ndarray:
+        """Stage 3.3: the 8-value emotion vector (scaled by clamp(alpha, 0, 1)) mixed into emovec (D,)."""
+        w = emo.scale_weights(weights, alpha)
+        _, _, out = emo.emotion_vector_mode(style, w, np.asarray(emovec)[None], self.emotion_matrices)
+        return out[0]
+
+    def voice_conditioning(
+        self,
+        speaker: feat.SpeakerAudio,
+        emotion_16k: np.ndarray,
+        *,
+        alpha: float = 1.0,
+        vector: Sequence[float] | None = None,
+    ) -> VoiceConditioning:
+        """All of a voice's conditioning. `emotion_16k`: the emotion reference on the emotion path (the
+        speaker file itself by default). With `vector`, the original drops the emotion reference (the
+        speaker audio with alpha 1 stands in) and scales the vector by alpha instead."""
+        f = self.features(speaker)
+        latents = self.speaker_conditioning(f.spk_cond_emb)
+        emo_cond = self.w2v_bert(emotion_16k)
+        emovec = self.emotion_vector(emo_cond, f.spk_cond_emb, 1.0 if vector is not None else alpha)
+        if vector is not None:
+            emovec = self.emotion_vector_mode(f.style, vector, emovec, alpha)
+        return VoiceConditioning(latents, emovec, f.style, f.ref_mel, f.prompt_condition)
+
+    def prefix(self, spk_latents: np.ndarray, emovec: np.ndarray, text_ids: Sequence[int]) -> np.ndarray:
+        """Stage 3.4: (num_latents + 2 + L + 2, D)."""
+        return self.embeddings.prefix(spk_latents, emovec, text_ids)
+
+    def generate(
+        self,
+        prefixes: Sequence[np.ndarray],
+        params: SamplingParams | Sequence[SamplingParams],
+        generators: Sequence[np.random.Generator | int | None],
+        *,
+        ignore_stop: bool = False,
+    ) -> list[Decoded]:
+        """Batched AR decoding: one prefix, parameter set and random generator per line; a line's codes
+        never depend on its batch-mates. `ignore_stop` (timing only) forces max_tokens codes."""
+        if isinstance(params, SamplingParams):
+            params = [params] * len(prefixes)
+        if not (len(params) == len(generators) == len(prefixes)):
+            raise ValueError("one params and one generator per prefix")
+        cls = NoStopDecoder if ignore_stop else LineDecoder
+        vocab = self.embeddings.mel_embedding.shape[0]
+        prefix_ids = (1, self.tokens.start_mel)  # the dummy ids generate() is fed (repetition penalty)
+        decoders = [
+            cls(p, g, vocab=vocab, prefix_ids=prefix_ids) for p, g in zip(params, generators, strict=True)
+        ]
+        with self.times.time("generate"):
+            return self.decoder.generate(prefixes, decoders)
+
+    def latent(self, prefixes: Sequence[np.ndarray], codes: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Stage 3.7, batched: the teacher-forced pass; (n_i, D) per line."""
+        with self.times.time("latent"):
+            return self.decoder.latents(prefixes, codes)
+
+    # ------------------------------------------------------------------------------- stage 4: s2mel
+
+    def vq2emb(self, codes: Sequence[np.ndarray]) -> np.ndarray:
+        """Codec embedding of codes, batched (B, n_max, 1024); rows right-padded with code 0."""
+        c = _pad_stack([np.asarray(x, np.int64).reshape(-1) for x in codes])
+        return self.session(CODEC_VQ2EMB).run(["embedding"], {"codes": c})["embedding"]
+
+    def target_lengths(self, code_lens: Sequence[int]) -> np.ndarray:
+        """floor(1.72 n) as the original computes it (float32 product, truncated)."""
+        n = np.asarray(code_lens, np.int64)
+        return (n.astype(np.float32) * np.float32(self.code_to_frames)).astype(np.int64)
+
+    def s2mel_content(
+        self, latents: Sequence[np.ndarray], codes: Sequence[np.ndarray]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Stage 4.1: (cond (B, max Tg, C) zero past each row's Tg, ylens (B,) = floor(1.72 n))."""
+        lens = np.array([np.asarray(c).size for c in codes], np.int64)
+        if (lens < 1).any():
+            raise ValueError("s2mel needs at least one code per row")
+        with self.times.time("s2mel_content"):
+            vq = self.vq2emb(codes)
+            lat = _pad_stack([np.asarray(x, np.float32) for x in latents])
+            out = self.session(S2MEL_CONTENT).run(
+                ["cond", "ylens"], {"latent": lat, "vq_emb": vq, "code_lens": lens}
+            )
+        return out["cond"], out["ylens"].astype(np.int64)
+
+    def cfm_inputs(
+        self, voices: Sequence[VoiceConditioning], cond: np.ndarray, ylens: np.ndarray
+    ) -> CFMInputs:
+        """Per row [prompt condition | content] (Tm_b + Tg_b frames), padded into one batch."""
+        rows = [
+            np.concatenate([v.prompt_condition, cond[b, : int(ylens[b])]], axis=0) for b, v in enumerate(voices)
+        ]
+        return CFMInputs(
+            cat_condition=_pad_stack(rows).astype(np.float32),
+            x_lens=np.array([r.shape[0] for r in rows], np.int64),
+            prompt=_pad_stack([v.ref_mel for v in voices], axis=1).astype(np.float32),
+            prompt_lens=np.array([v.ref_mel.shape[1] for v in voices], np.int64),
+            style=np.stack([np.asarray(v.style, np.float32).reshape(-1) for v in voices]),
+        )
+
+    def cfm(
+        self,
+        inp: CFMInputs,
+        z: np.ndarray,
+        steps: int = 25,
+        cfg_rate: float = 0.7,
+        schedule: str = "uniform",
+    ) -> np.ndarray:
+        """Stage 4.4: Euler CFM from the start noise z (B, n_mels, T) -> x (B, n_mels, T); each row's
+        prompt region and padding are zero (its mel is x[b, :, prompt_lens[b]:x_lens[b]])."""
+        b, _, t_len = z.shape
+        if inp.cat_condition.shape[:2] != (b, t_len):
+            raise ValueError(f"cat_condition {inp.cat_condition.shape} does not match z {z.shape}")
+        pos = np.arange(t_len)[None, :]
+        in_prompt = (pos < inp.prompt_lens[:, None]).astype(np.float32)[:, None, :]
+        keep = ((pos >= inp.prompt_lens[:, None]) & (pos < inp.x_lens[:, None])).astype(np.float32)[:, None, :]
+        prompt = inp.prompt[:, :, :t_len]
+        prompt_x = np.pad(prompt, ((0, 0), (0, 0), (0, t_len - prompt.shape[2]))) * in_prompt
+        x = np.asarray(z, np.float32) * keep
+        ts = euler_times(steps, schedule)
+        sess = self.session(DIT_CFG_STEP)
+        cfg = np.array([cfg_rate], np.float32)
+        t = ts[0]
+        with self.times.time("cfm"):
+            for s in range(1, steps + 1):
+                dt = np.float32(ts[s] - ts[s - 1])
+                v = sess.run(
+                    ["v"],
+                    {
+                        "x": x,
+                        "prompt_x": prompt_x,
+                        "x_lens": inp.x_lens,
+                        "t": np.full((b,), t, np.float32),
+                        "style": inp.style,
+                        "mu": inp.cat_condition,
+                        "cfg_rate": cfg,
+                    },
+                )["v"]
+                x = ((x + dt * v) * keep).astype(np.float32)
+                t = np.float32(t + dt)
+        self.times.calls["cfm_steps"] = self.times.calls.get("cfm_steps", 0) + steps
+        return x
+
+    # ------------------------------------------------------------------------------- stage 5: vocoder
+
+    def vocode(self, mels: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Stage 5, batched: mels (n_mels, T_b) -> wavs (hop * T_b,) float32 in [-1, 1]."""
+        lens = np.array([m.shape[1] for m in mels], np.int64)
+        with self.times.time("vocoder"):
+            wav = self.session(VOCODER).run(
+                ["wav"], {"mel": _pad_stack(list(mels), axis=1).astype(np.float32), "lengths": lens}
+            )["wav"]
+        return [wav[b, : int(lens[b]) * self.hop].copy() for b in range(len(mels))]
+
+    # ------------------------------------------------------------------------------- composite
+
+    def cfm_noise(self, rng: np.random.Generator, frames: int) -> np.ndarray:
+        """Start noise (n_mels, frames) float32 ~ N(0, 1) from the row's own generator."""
+        return rng.standard_normal((self.mel_params.n_mels, frames), dtype=np.float32)
+
+    def codes_to_wavs(
+        self,
+        voices: Sequence[VoiceConditioning],
+        prefixes: Sequence[np.ndarray],
+        codes: Sequence[np.ndarray],
+        noises: Sequence[np.ndarray | np.random.Generator],
+        *,
+        steps: int = 25,
+        cfg_rate: float = 0.7,
+        schedule: str = "uniform",
+    ) -> list[np.ndarray]:
+        """Latent pass, s2mel and vocoder for a batch of rows (each with >= 1 code). `noises[b]`: the
+        CFM start noise (n_mels, Tm_b + Tg_b), or a generator to draw it from."""
+        lat = self.latent(prefixes, codes)
+        cond, ylens = self.s2mel_content(lat, codes)
+        inp = self.cfm_inputs(voices, cond, ylens)
+        t_len = int(inp.x_lens.max())
+        z = np.zeros((len(voices), self.mel_params.n_mels, t_len), np.float32)
+        for b, nz in enumerate(noises):
+            n = int(inp.x_lens[b])
+            z[b, :, :n] = self.cfm_noise(nz, n) if isinstance(nz, np.random.Generator) else nz[:, :n]
+        x = self.cfm(inp, z, steps, cfg_rate, schedule)
+        mels = [x[b, :, int(inp.prompt_lens[b]) : int(inp.x_lens[b])] for b in range(len(voices))]
+        return self.vocode(mels)
+
+
+def load_text_front_end(folder: Path, manifest: Manifest, preset: Preset | None = None) -> Any:
+    """The tokenizer + segmenter from the engine folder alone (no sessions)."""
+    from fasttts_cli.indextts2.text import TextFrontEnd
+
+    limit = int(manifest.config["gpt"]["max_text_tokens"])
+    if preset is not None:
+        limit = min(limit, int(preset.limits.max_text_tokens))
+    return TextFrontEnd.load(folder / manifest.files[BPE_MODEL], max_text_tokens=limit)
+
+
+def check_manifest(manifest: Manifest, folder: Path) -> None:
+    """Refuse an engine this runtime cannot drive; the message names every mismatch."""
+    problems: list[str] = []
+    if str(manifest.model_version) not in SUPPORTED_MODEL_VERSIONS:
+        problems.append(
+            f"model_version {manifest.model_version!r} (this runtime runs {', '.join(SUPPORTED_MODEL_VERSIONS)})"
+        )
+    cfg = manifest.config or {}
+    for section, keys in _CONFIG_KEYS.items():
+        sec = cfg.get(section)
+        if not isinstance(sec, Mapping):
+            problems.append(f"config.{section} is missing")
+            continue
+        problems += [f"config.{section}.{k} is missing" for k in keys if k not in sec]
+    if problems:
+        raise EngineMismatchError(f"{folder / 'manifest.json'}: " + "; ".join(problems))
+    layers = int(cfg["gpt"]["layers"])
+    for name, (ins, outs) in required_io(layers).items():
+        comp = manifest.components.get(name)
+        if comp is None:
+            problems.append(f"component {name!r} is missing")
+            continue
+        if comp.backend not in SUPPORTED_BACKENDS:
+            problems.append(f"component {name!r} backend {comp.backend!r} (runs: {', '.join(SUPPORTED_BACKENDS)})")
+        if comp.inputs and set(comp.inputs) != set(ins):
+            problems.append(f"component {name!r} inputs {sorted(comp.inputs)}, expected {sorted(ins)}")
+        if comp.outputs and not set(outs) <= set(comp.outputs):
+            problems.append(f"component {name!r} outputs {sorted(comp.outputs)}, expected {sorted(outs)}")
+    needed = [Path(f).stem for f in dec.TABLE_FILES.values()] + [W2V_MEAN, W2V_VAR, SPK_MATRIX, EMO_MATRIX, BPE_MODEL]
+    problems += [f"file {k!r} is not listed" for k in needed if k not in manifest.files]
+    if problems:
+        raise EngineMismatchError(
+            f"{folder / 'manifest.json'}: this engine does not match the IndexTTS-2 runtime: " + "; ".join(problems),
+            hint="rebuild it with this version of `fasttts build`",
+        )
+
+
+def segment_seed_generator(seed: int, segment: int) -> np.random.Generator:
+    """The sampler's generator for segment k of a line: segment 0 is the line's own PCG64(seed); later
+    segments get independent streams, so a segment never depends on how many draws another made."""
+    from fasttts_cli.indextts2.sampling import seed_generator
+
+    if segment == 0:
+        return seed_generator(seed)
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence([int(seed) & (2**64 - 1), segment])))
+
+
+def noise_generator(seed: int, segment: int) -> np.random.Generator:
+    """The CFM start-noise generator of a segment (separate from the sampler's stream)."""
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence([int(seed) & (2**64 - 1), segment, 0x5EED])))
+
+
+def frames_for(n_codes: int, code_to_frames: float = 1.72) -> int:
+    return int(np.float32(n_codes) * np.float32(code_to_frames))
+
+
+__all__ = [
+    "CFMInputs",
+    "IndexTTS2Engine",
+    "NoStopDecoder",
+    "SpeakerFeatures",
+    "StageTimes",
+    "VoiceConditioning",
+    "check_manifest",
+    "euler_times",
+    "frames_for",
+    "load_text_front_end",
+    "noise_generator",
+    "resolve_preset",
+    "segment_seed_generator",
+]
