@@ -421,18 +421,25 @@ def presets(json_out: JsonOpt = False, quiet: QuietOpt = False, verbose: Verbose
         from rich.table import Table
 
         t = Table(title="presets (build with: fasttts build --preset NAME)")
-        for col in ("name", "needs", "description", "file"):
+        for col in ("name", "needs", "here", "description"):
             t.add_column(col)
         for p in r["presets"]:
-            t.add_row(p["name"], p["needs"], p["description"], p["file"])
-        Console(soft_wrap=True).print(t)
+            here = "run+build" if p.get("can_build") else ("run" if p.get("can_run") else "no")
+            t.add_row(p["name"], p["needs"], here, p["description"])
+        con = Console(soft_wrap=True)
+        con.print(t)
+        for p in r["presets"]:
+            for m in p.get("missing", []):
+                con.print(f"{p['name']}: missing {m}", markup=False, highlight=False)
 
     return _execute(json_out, _verbosity(quiet, verbose), None, "presets", body, human)
 
 
 def list_presets() -> dict[str, Any]:
+    from fasttts_cli.gpu_stack import detect
     from fasttts_cli.presets import available_presets, parse_preset
 
+    stack = detect()
     out = []
     for name, path in sorted(available_presets().items()):
         try:
@@ -449,11 +456,22 @@ def list_presets() -> dict[str, Any]:
                 "backends": backends,
                 "precisions": sorted({c.precision for c in p.components.values()}),
                 "needs": _needs(backends),
+                **_status(p, stack),
                 "decode": p.run_keys()["decode"],
                 "s2mel": p.run_keys()["s2mel"],
             }
         )
     return {"ok": True, "command": "presets", "presets": out}
+
+
+def _status(preset: Any, stack: Any) -> dict[str, Any]:
+    from fasttts_cli.gpu_stack import preset_status
+
+    try:
+        st = preset_status(preset, stack)
+    except FastTTSError as e:
+        return {"can_build": False, "can_run": False, "missing": [e.message]}
+    return {"can_build": st.can_build, "can_run": st.can_run, "missing": list(st.missing)}
 
 
 def _needs(backends: list[str]) -> str:

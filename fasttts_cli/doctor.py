@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import os
 import platform
-import shutil
 import subprocess
 import sys
 from dataclasses import asdict, dataclass
-from importlib import metadata, util
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -167,25 +166,22 @@ def check_engines() -> list[Check]:
 
 
 def check_runtimes() -> list[Check]:
+    """ONNX Runtime, torch, GPU, TensorRT and TensorRT-LLM, from gpu_stack.detect() (no heavy imports
+    except torch, which is asked whether CUDA works)."""
+    from fasttts_cli.gpu_stack import detect
+
+    st = detect(probe_torch=True)
     rows = []
-    ort = _dist_version("onnxruntime") or _dist_version("onnxruntime-gpu")
-    if ort is None:
+    if st.onnxruntime is None:
         rows.append(
             Check(
                 "runtime", "onnxruntime", MISSING, "not installed", "pip install onnxruntime", required=True
             )
         )
     else:
-        try:
-            import onnxruntime
-
-            provs = ", ".join(onnxruntime.get_available_providers())
-        except ImportError as e:  # pragma: no cover - broken install
-            provs = f"import failed: {e}"
-        rows.append(Check("runtime", "onnxruntime", OK, f"{ort}; providers: {provs}", required=True))
-
-    tv = _dist_version("torch")
-    if tv is None:
+        detail = f"{st.onnxruntime_package} {st.onnxruntime}; providers: {', '.join(st.ort_providers) or '?'}"
+        rows.append(Check("runtime", "onnxruntime", OK, detail, required=True))
+    if st.torch is None:
         rows.append(
             Check(
                 "runtime",
@@ -196,51 +192,34 @@ def check_runtimes() -> list[Check]:
             )
         )
     else:
-        try:
-            import torch
-
-            cuda = torch.cuda.is_available()
-            dev = torch.cuda.get_device_name(0) if cuda else "no CUDA device"
-            rows.append(Check("runtime", "torch", OK, f"{tv}; CUDA: {cuda} ({dev})"))
-        except Exception as e:  # torch import can fail in many ways on odd machines
-            rows.append(Check("runtime", "torch", WARN, f"{tv} installed but import failed: {e}"))
-
-    smi = shutil.which("nvidia-smi")
-    if smi:
-        q = subprocess.run(
-            [smi, "--query-gpu=name,driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        gpu = q.stdout.strip().replace("\n", "; ") or "nvidia-smi found no GPU"
-        rows.append(Check("gpu", "NVIDIA GPU", OK if q.returncode == 0 else WARN, gpu))
+        rows.append(Check("runtime", "torch", OK, f"{st.torch}; CUDA available: {st.torch_cuda}"))
+    if st.gpus:
+        rows.append(Check("gpu", "NVIDIA GPU", OK, f"{', '.join(st.gpus)} (driver {st.driver or '?'})"))
     else:
-        rows.append(Check("gpu", "NVIDIA GPU", INFO, "nvidia-smi not found: CPU only (ONNX Runtime)"))
-
-    trt = _dist_version("tensorrt") or _dist_version("tensorrt-cu12") or _dist_version("tensorrt-cu13")
+        rows.append(Check("gpu", "NVIDIA GPU", INFO, "none found: CPU only (ONNX Runtime)"))
     rows.append(
         Check(
             "gpu",
             "TensorRT",
-            OK if trt else INFO,
-            trt or "not installed (GPU engines only)",
-            "" if trt else "pip install -e '.[gpu]' on a machine with an NVIDIA GPU",
+            OK if st.tensorrt else INFO,
+            st.tensorrt or "not installed (GPU engines only)",
+            "" if st.tensorrt else "pip install -e '.[gpu]' on a machine with an NVIDIA GPU",
         )
     )
-    trtllm = _dist_version("tensorrt-llm") or _dist_version("tensorrt_llm")
-    located = util.find_spec("tensorrt_llm") is not None if trtllm else False
+    where = f" ({st.tensorrt_llm_python})" if st.tensorrt_llm_python else ""
     rows.append(
         Check(
             "gpu",
             "TensorRT-LLM",
-            OK if located else INFO,
-            trtllm or "not installed (GPT stage on GPU only)",
+            OK if st.tensorrt_llm else INFO,
+            (st.tensorrt_llm + where) if st.tensorrt_llm else "not installed (GPT stage on GPU only)",
             ""
-            if located
-            else "see README: TensorRT-LLM installs from NVIDIA's index into its own environment",
+            if st.tensorrt_llm
+            else "see README: TensorRT-LLM installs from NVIDIA's index into its own Python 3.12 environment "
+            "($FASTTTS_TRTLLM_PYTHON points at its interpreter)",
         )
     )
+    rows += [Check("gpu", "note", WARN, n) for n in st.notes]
     return rows
 
 

@@ -83,7 +83,9 @@ def duck_gain(dub: np.ndarray, sr: int, n: int, opts: DuckOptions = DuckOptions(
     nxt = np.minimum.accumulate(np.where(active, k, np.inf)[::-1])[::-1]
     hold, rel, att = opts.hold_s / opts.frame_s, opts.release_s / opts.frame_s, opts.attack_s / opts.frame_s
     down_after = np.clip(1.0 - (k - last - hold) / max(rel, 1e-9), 0.0, 1.0)
-    down_before = np.clip(1.0 - (nxt - k) / max(att, 1e-9), 0.0, 1.0)
+    # Reach full depth one frame early: the gain is interpolated between frame centres, and the first
+    # active frame's centre is half a frame after its first loud sample.
+    down_before = np.clip(1.0 - (nxt - 1 - k) / max(att, 1e-9), 0.0, 1.0)
     depth = np.maximum(down_after, down_before)
     gain_frames = 10.0 ** (depth * opts.depth_db / 20.0)
     centres = (k + 0.5) * hop

@@ -60,15 +60,18 @@ _ISO1: dict[str, tuple[str, str]] = {
 _B_TO_T = {b: t for t, b in _ISO1.values() if t != b}
 _T_TO_B = {t: b for t, b in _ISO1.values() if t != b}
 # The QuickTime (MOV) language list ffmpeg's MOV writer accepts (isom.c); anything else is not stored.
-_MOV_LANGS = frozenset(
+_MOV_LIST = (
     "eng fra ger ita dut sve spa dan por nor heb jpn ara fin gre ice mlt tur chi urd hin tha kor lit pol hun "
     "est lav rus iri alb ron ces slk slv yid mac bul ukr bel uzb kaz aze arm geo mol kir tgk tuk mon pus kur "
     "kas snd tib nep san mar ben asm guj ori mal kan tam tel bur khm lao vie ind tgl may amh tir orm som swa "
-    "kin run nya mlg epo wel".split()
+    "kin run nya mlg epo wel"
 )
-_MOV_SPELLING = {"deu": "ger", "fre": "fra", "nld": "dut", "swe": "sve", "ell": "gre", "isl": "ice",
-                 "zho": "chi", "rum": "ron", "cze": "ces", "slo": "slk", "sqi": "alb", "mkd": "mac",
-                 "hye": "arm", "kat": "geo", "bod": "tib", "mya": "bur", "msa": "may", "cym": "wel"}  # fmt: skip
+_MOV_LANGS = frozenset(_MOV_LIST.split())
+_MOV_SPELLING = {
+    "deu": "ger", "fre": "fra", "nld": "dut", "swe": "sve", "ell": "gre", "isl": "ice",
+    "zho": "chi", "rum": "ron", "cze": "ces", "slo": "slk", "sqi": "alb", "mkd": "mac",
+    "hye": "arm", "kat": "geo", "bod": "tib", "mya": "bur", "msa": "may", "cym": "wel",
+}  # fmt: skip
 
 
 def normalize_lang(lang: str, *, flag: str = "--lang") -> str:
@@ -83,7 +86,9 @@ def normalize_lang(lang: str, *, flag: str = "--lang") -> str:
     if re.fullmatch(r"[a-z]{2}", code):
         if code in _ISO1:
             return _ISO1[code][0]
-        raise UsageError(f"{flag} {raw}: unknown two-letter code; give the ISO 639-2 three-letter code (e.g. spa)")
+        raise UsageError(
+            f"{flag} {raw}: unknown two-letter code; give the ISO 639-2 three-letter code (e.g. spa)"
+        )
     raise UsageError(f"{flag} {lang!r}: not a language code; use an ISO 639-2 code such as spa, deu, jpn")
 
 
@@ -197,7 +202,8 @@ def write_audio(path: Path, x: np.ndarray, sr: int, *, bitrate: str | None = Non
     fmt = _AUDIO_FORMATS.get(path.suffix.lower())
     if fmt is None:
         raise UsageError(
-            f"{path}: cannot tell the audio format from '{path.suffix}'; use one of {', '.join(_AUDIO_FORMATS)}"
+            f"{path}: cannot tell the audio format from '{path.suffix}'; "
+            f"use one of {', '.join(_AUDIO_FORMATS)}"
         )
     a = np.asarray(x, dtype=np.float32)
     frames = a[:, None] if a.ndim == 1 else a.T  # soundfile wants (frames, channels)

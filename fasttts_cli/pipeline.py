@@ -151,8 +151,11 @@ GUARD = GuardBand()
 # ---- engine loading ------------------------------------------------------------------------------
 
 
-def load_synthesizer(selection: EngineSelection, preset: str | None) -> Synthesizer:
-    """The Synthesizer for an engine selection; heavy imports happen here and only here."""
+def load_synthesizer(
+    selection: EngineSelection, preset: str | None, *, cache_dir: Path | None = None
+) -> Synthesizer:
+    """The Synthesizer for an engine selection; heavy imports happen here and only here.
+    `cache_dir`: where an engine may keep prepared voice conditioning (the job's work dir)."""
     if selection.kind == DRAFT:
         from fasttts_cli.draft import DraftSynthesizer
 
@@ -165,6 +168,8 @@ def load_synthesizer(selection: EngineSelection, preset: str | None) -> Synthesi
                 f"the IndexTTS-2 runtime cannot be loaded ({e})",
                 hint="reinstall fasttts-cli, or use --engine draft",
             ) from None
+        if cache_dir is not None:
+            return IndexTTS2Synthesizer.load(selection.path, preset, cache_dir=cache_dir)
         return IndexTTS2Synthesizer.load(selection.path, preset)
     raise MissingDependencyError(
         f"{selection.path}: engine for model {selection.kind!r} is not supported by this fasttts",
@@ -202,6 +207,7 @@ def validate_options(o: DubOptions) -> None:
     from fasttts_cli.mux import normalize_lang
 
     o.lang = normalize_lang(o.lang)  # "es", "es-ES", "spa" -> "spa"; UsageError naming --lang otherwise
+    _timing_options(o)  # raises UsageError naming --max-speedup, --min-gap, ...
     need(o.batch_size >= 1, f"--batch-size must be >= 1 (got {o.batch_size})")
     need(o.max_batch_tokens >= 1, f"--max-batch-tokens must be >= 1 (got {o.max_batch_tokens})")
     need(o.max_retries >= 0, f"--max-retries must be >= 0 (got {o.max_retries})")
@@ -228,6 +234,18 @@ def validate_options(o: DubOptions) -> None:
     )
     need(o.mix != "background" or o.background is not None, "--mix background needs --background PATH")
     need(not o.soft_subtitles or o.video is not None, "--soft-subtitles needs --video")
+
+
+def _timing_options(o: DubOptions, overflow: str | None = None) -> Any:
+    from fasttts_cli.timing import TimingOptions
+
+    return TimingOptions(
+        max_speedup=o.max_speedup,
+        max_slowdown=o.max_slowdown,
+        min_gap=o.min_gap,
+        max_factor_step=o.max_factor_step,
+        overflow=overflow or o.overflow,
+    )
 
 
 @dataclass(frozen=True)
@@ -414,7 +432,7 @@ def run_dub(
         )
 
     with rep.stage("load"):
-        synth = synthesizer or load_synthesizer(selection, o.preset)
+        synth = synthesizer or load_synthesizer(selection, o.preset, cache_dir=paths.work_dir / "voices")
     try:
         if selection.kind == DRAFT and o.preset:
             rep.warn(f"--preset {o.preset} is ignored by the draft voice")
@@ -616,7 +634,7 @@ def _assemble(
     from fasttts_cli.audio import resample
     from fasttts_cli.loudness import level_line, normalize_report
     from fasttts_cli.tempo import change_tempo, trim_to
-    from fasttts_cli.timing import SlotInput, TimingOptions, layout_sequential, retime_cues, solve_timing
+    from fasttts_cli.timing import SlotInput, layout_sequential, retime_cues, solve_timing
 
     with rep.stage("audio"):
         clips: dict[int, np.ndarray] = {}
@@ -627,13 +645,7 @@ def _assemble(
             clips[i] = level_line(np.asarray(x, dtype=np.float32), SR, target_lufs=o.loudness)
 
     with rep.stage("timing"):
-        topts = TimingOptions(
-            max_speedup=o.max_speedup,
-            max_slowdown=o.max_slowdown,
-            min_gap=o.min_gap,
-            max_factor_step=o.max_factor_step,
-            overflow=o.overflow,
-        )
+        topts = _timing_options(o)
         order = [ln.index for ln in plan.lines if ln.index in clips]
         durations = {i: len(clips[i]) / SR for i in order}
         if job.untimed:
@@ -892,7 +904,7 @@ def inspect_job(o: DubOptions) -> dict[str, Any]:
     The forecast runs the real timing solver on durations guessed at `FORECAST_CPS` spoken characters
     per second (typical narration), so it shows where speed-ups and shifts are likely; real durations
     come only from synthesis."""
-    from fasttts_cli.timing import SlotInput, TimingOptions, layout_sequential, solve_timing, summarize
+    from fasttts_cli.timing import SlotInput, layout_sequential, solve_timing, summarize
 
     validate_options(o)
     job = read_inputs(o)
@@ -904,14 +916,8 @@ def inspect_job(o: DubOptions) -> dict[str, Any]:
         slots = layout_sequential([(ln.index, est[ln.index]) for ln in plan.lines], pause=UNTIMED_PAUSE)
     else:
         slots = [SlotInput(ln.index, ln.start, ln.end, est[ln.index]) for ln in plan.lines]
-    topts = TimingOptions(
-        max_speedup=o.max_speedup,
-        max_slowdown=o.max_slowdown,
-        min_gap=o.min_gap,
-        max_factor_step=o.max_factor_step,
-        # A forecast never fails: it shows what shifting would do instead.
-        overflow="shift" if o.overflow == "fail" else o.overflow,
-    )
+    # A forecast never fails: it shows what shifting would do instead.
+    topts = _timing_options(o, "shift" if o.overflow == "fail" else None)
     media_end = job.media.duration if job.media is not None and job.media.duration > 0 else None
     forecast = solve_timing(slots, topts, media_end=media_end)
     speakers: dict[str, dict[str, Any]] = {}

@@ -1,4 +1,4 @@
-"""What is inside a media file: streams, codecs, layouts and tags, read from `ffmpeg -i` (there is no ffprobe).
+"""What is inside a media file: streams, codecs, layouts and tags, from `ffmpeg -i` (there is no ffprobe).
 
 `ffmpeg -i FILE` with no output prints the container and stream summary on stderr and exits 1 ("At least one
 output file must be specified"); that summary is stable enough across ffmpeg releases to parse with a few
@@ -233,7 +233,9 @@ def parse_ffmpeg_info(path: Path, stderr: str) -> MediaInfo:
             )
         elif s["kind"] == "Video":
             codec, w, h, fps = _parse_video(s["rest"])
-            video.append(VideoStreamInfo(s["idx"], codec, w, h, fps, attached_pic="attached pic" in s["disp"]))
+            video.append(
+                VideoStreamInfo(s["idx"], codec, w, h, fps, attached_pic="attached pic" in s["disp"])
+            )
         elif s["kind"] == "Subtitle":
             codec = s["rest"].split(",")[0].split()[0] if s["rest"] else "unknown"
             subs.append(SubtitleStreamInfo(s["idx"], codec, lang, title, default))
@@ -253,8 +255,20 @@ def parse_ffmpeg_info(path: Path, stderr: str) -> MediaInfo:
 def _decoded_duration(path: Path) -> float:
     """Duration by decoding (for inputs whose header has none, e.g. raw streams); 0.0 if it cannot tell."""
     proc = subprocess.run(
-        [ffmpeg_path(), "-hide_banner", "-nostdin", "-i", f"file:{path}", "-map", "0:a:0?", "-map", "0:v:0?"]
-        + ["-f", "null", "-"],
+        [
+            ffmpeg_path(),
+            "-hide_banner",
+            "-nostdin",
+            "-i",
+            f"file:{path}",
+            "-map",
+            "0:a:0?",
+            "-map",
+            "0:v:0?",
+            "-f",
+            "null",
+            "-",
+        ],
         capture_output=True,
         text=True,
         errors="replace",

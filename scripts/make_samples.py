@@ -31,7 +31,12 @@ DEMO_SECONDS = 20
 BITEXACT = ["-fflags", "+bitexact", "-flags:v", "+bitexact", "-flags:a", "+bitexact", "-map_metadata", "-1"]
 
 # (root, third, fifth) in Hz for each 5 s chord: C major, A minor, F major, G major.
-CHORDS = [(261.63, 329.63, 392.00), (220.00, 261.63, 329.63), (174.61, 220.00, 261.63), (196.00, 246.94, 293.66)]
+CHORDS = [
+    (261.63, 329.63, 392.00),
+    (220.00, 261.63, 329.63),
+    (174.61, 220.00, 261.63),
+    (196.00, 246.94, 293.66),
+]
 
 VOICES = {
     # name: (text, piper length scale, rubberband pitch ratio)
@@ -75,10 +80,21 @@ def make_demo(out: Path) -> None:
     )
     tmp = out.with_name(f".{out.stem}.partial{out.suffix}")
     run_ffmpeg(
-        ["-f", "lavfi", "-i", f"testsrc2=s=640x360:r=25:d={DEMO_SECONDS}", "-f", "lavfi", "-i", audio]
-        + ["-map", "0:v", "-map", "1:a", *vcodec, "-threads", "1"]
-        + ["-c:a", "aac", "-b:a", "96k", "-ac", "2", "-ar", "48000", *BITEXACT]
-        + ["-metadata:s:a:0", "language=eng", "-movflags", "+faststart", "-shortest", "-f", "mp4", str(tmp)],
+        [
+            *("-f", "lavfi", "-i", f"testsrc2=s=640x360:r=25:d={DEMO_SECONDS}", "-f", "lavfi", "-i", audio),
+            *("-map", "0:v", "-map", "1:a", *vcodec, "-threads", "1"),
+            *("-c:a", "aac", "-b:a", "96k", "-ac", "2", "-ar", "48000", *BITEXACT),
+            *(
+                "-metadata:s:a:0",
+                "language=eng",
+                "-movflags",
+                "+faststart",
+                "-shortest",
+                "-f",
+                "mp4",
+                str(tmp),
+            ),
+        ],
         what=f"making {out}",
     )
     os.replace(tmp, out)
@@ -105,8 +121,15 @@ def make_voice(out: Path, text: str, length_scale: float, pitch: float) -> None:
             shift = f"asetrate=22050*{pitch},aresample=22050,atempo={1 / pitch:.6f}"
         tmp = out.with_name(f".{out.stem}.partial{out.suffix}")
         run_ffmpeg(
-            ["-i", str(raw), "-af", f"{shift},aresample=24000:resampler=soxr,silenceremove=start_periods=1"]
-            + ["-ac", "1", "-ar", "24000", "-c:a", "pcm_s16le", *BITEXACT, "-f", "wav", str(tmp)],
+            [
+                *(
+                    "-i",
+                    str(raw),
+                    "-af",
+                    f"{shift},aresample=24000:resampler=soxr,silenceremove=start_periods=1",
+                ),
+                *("-ac", "1", "-ar", "24000", "-c:a", "pcm_s16le", *BITEXACT, "-f", "wav", str(tmp)),
+            ],
             what=f"making {out}",
         )
         os.replace(tmp, out)

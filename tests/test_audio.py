@@ -40,12 +40,26 @@ def media(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         run_ffmpeg(["-filter_complex", lavfi, "-c:a", codec, str(files[ext])], what="test media")
     files["mp4"] = d / "clip.mp4"
     run_ffmpeg(
-        ["-f", "lavfi", "-i", "testsrc2=s=64x36:r=10:d=1", "-f", "lavfi", "-i", "sine=f=1000:d=1:r=48000"]
-        + ["-c:v", "libx264", "-c:a", "aac", "-shortest", str(files["mp4"])],
+        [
+            *(
+                "-f",
+                "lavfi",
+                "-i",
+                "testsrc2=s=64x36:r=10:d=1",
+                "-f",
+                "lavfi",
+                "-i",
+                "sine=f=1000:d=1:r=48000",
+            ),
+            *("-c:v", "libx264", "-c:a", "aac", "-shortest", str(files["mp4"])),
+        ],
         what="test media",
     )
     files["video_only"] = d / "silent_video.mp4"
-    run_ffmpeg(["-f", "lavfi", "-i", "testsrc2=s=64x36:r=10:d=1", "-c:v", "libx264", str(files["video_only"])], what="t")
+    run_ffmpeg(
+        ["-f", "lavfi", "-i", "testsrc2=s=64x36:r=10:d=1", "-c:v", "libx264", str(files["video_only"])],
+        what="t",
+    )
     return files
 
 
@@ -106,7 +120,8 @@ def _write(path: Path, x: np.ndarray, sr: int = 24000) -> Path:
 
 def test_reference_voice_ok(tmp_path: Path) -> None:
     rng = np.random.default_rng(1)
-    speechish = (0.1 * rng.standard_normal(48000) * np.abs(np.sin(np.arange(48000) / 2000))).astype(np.float32)
+    env = np.abs(np.sin(np.arange(48000) / 2000))
+    speechish = (0.1 * rng.standard_normal(48000) * env).astype(np.float32)
     p = _write(tmp_path / "ref.wav", speechish)
     assert check_reference_voice(p) == pytest.approx(2.0, abs=0.01)
     assert inspect_reference_voice(p).warnings == []
@@ -125,7 +140,7 @@ def test_reference_voice_silent(tmp_path: Path) -> None:
 
 
 def test_reference_voice_missing_and_corrupt(tmp_path: Path, media: dict[str, Path]) -> None:
-    with pytest.raises(InputError, match="nope.wav: no such file"):
+    with pytest.raises(InputError, match=r"nope\.wav: no such file"):
         check_reference_voice(tmp_path / "nope.wav")
     bad = tmp_path / "bad.wav"
     bad.write_text("this is not audio\n" * 20)

@@ -58,14 +58,17 @@ def test_duck_mode_attenuates_original_only_while_dub_speaks() -> None:
     out = mix_tracks(dub, "duck", original[None, :], "mono")
     assert out.shape == (1, dub.size) and out.dtype == np.float32
     bed = out[0] - dub  # what is left of the original
-    ratio = lambda a, b: np.sqrt(np.mean(bed[int(a * SR) : int(b * SR)] ** 2)) / np.sqrt(  # noqa: E731
-        np.mean(original[int(a * SR) : int(b * SR)] ** 2)
-    )
+
+    def ratio(a: float, b: float) -> float:
+        seg = slice(int(a * SR), int(b * SR))
+        return float(np.sqrt(np.mean(bed[seg] ** 2)) / np.sqrt(np.mean(original[seg] ** 2)))
+
     assert ratio(0.2, 0.8) == pytest.approx(1.0, rel=1e-3)
     assert 20 * np.log10(ratio(1.2, 1.8)) == pytest.approx(-12.0, abs=0.1)
     assert ratio(3.0, 3.8) == pytest.approx(1.0, rel=1e-3)
     # the dub itself is summed at unity: no amix-style -6 dB
-    assert np.allclose(out[0, int(1.2 * SR) : int(1.8 * SR)] - bed[int(1.2 * SR) : int(1.8 * SR)], dub[int(1.2 * SR) : int(1.8 * SR)])
+    seg = slice(int(1.2 * SR), int(1.8 * SR))
+    assert np.allclose(out[0, seg] - bed[seg], dub[seg])
 
 
 @pytest.mark.parametrize("mode", ["replace", "keep"])
@@ -119,7 +122,7 @@ def test_lengths_are_padded_to_the_longest() -> None:
 
 
 def test_errors_are_usage_errors() -> None:
-    dub, original = _dub_and_original(1.0)
+    dub, _ = _dub_and_original(1.0)
     with pytest.raises(UsageError, match=r"'7\.1' is not supported.*mono, stereo, 5\.1"):
         mix_tracks(dub, "replace", None, "7.1")
     with pytest.raises(UsageError, match="--mix blend"):

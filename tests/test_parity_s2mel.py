@@ -52,7 +52,7 @@ def lens(*values: int) -> torch.Tensor:
 def test_prompt_condition(parity_case: ParityCase, s2mel: S2Mel) -> None:  # stage 1.7
     need(parity_case, "codec_S_ref", "refmel", "prompt_condition")
     s_ref = t(parity_case, "codec_S_ref")
-    out = s2mel.length_regulator(s_ref, lens(s_ref.shape[1]), lens(parity_case["refmel"].shape[-1]))
+    out = s2mel.prompt_condition(s_ref, lens(s_ref.shape[1]), lens(parity_case["refmel"].shape[-1]))
     assert rel(out, parity_case["prompt_condition"]) < TOL
 
 
@@ -275,3 +275,78 @@ def test_loader_names_missing_and_unexpected_keys(parity_checkpoint: Path) -> No
     wrong = dict(cfg, DiT=dict(cfg["DiT"], depth=cfg["DiT"]["depth"] + 1))
     with pytest.raises(CheckpointKeyError, match=r"missing key net/cfm/estimator\.transformer\.layers"):
         build_s2mel(wrong, net, parity_checkpoint / "s2mel.pth")
+
+
+@pytest.mark.slow
+def test_full_size_parameter_counts() -> None:
+    """The release config (spec §1.2) builds modules with exactly the spec's §3.2 parameter counts."""
+    full = {
+        "dit_type": "DiT",
+        "style_encoder": {"dim": 192},
+        "length_regulator": {
+            "channels": 512,
+            "is_discrete": False,
+            "in_channels": 1024,
+            "content_codebook_size": 2048,
+            "sampling_ratios": [1, 1, 1, 1],
+            "vector_quantize": False,
+            "n_codebooks": 1,
+            "f0_condition": False,
+        },
+        "DiT": {
+            "hidden_dim": 512,
+            "num_heads": 8,
+            "depth": 13,
+            "in_channels": 80,
+            "style_condition": True,
+            "final_layer_type": "wavenet",
+            "content_dim": 512,
+            "content_codebook_size": 1024,
+            "f0_condition": False,
+            "is_causal": False,
+            "long_skip_connection": True,
+            "time_as_token": False,
+            "style_as_token": False,
+            "uvit_skip_connection": True,
+        },
+        "wavenet": {
+            "hidden_dim": 512,
+            "num_layers": 8,
+            "kernel_size": 5,
+            "dilation_rate": 1,
+            "style_condition": True,
+        },
+    }
+    from fasttts_cli.build.dit import DiT, DiTConfig
+    from fasttts_cli.build.s2mel import CFM, GptLayer, LengthRegulator
+    from fasttts_cli.build.wavenet import WaveNetConfig
+
+    wn = full["wavenet"]
+    dit = DiT(
+        DiTConfig(
+            hidden_dim=512,
+            num_heads=8,
+            depth=13,
+            in_channels=80,
+            content_dim=512,
+            style_dim=192,
+            content_codebook_size=1024,
+            max_positions=16384,
+            freq_embed_dim=256,
+            wavenet=WaveNetConfig(
+                wn["hidden_dim"], wn["num_layers"], wn["kernel_size"], wn["dilation_rate"], 512
+            ),
+        )
+    )
+    buffers = {"estimator.input_pos", "estimator.t_embedder.freqs", "estimator.t_embedder2.freqs"}
+    cfm_sd = CFM(dit).state_dict()
+    assert sum(v.numel() for k, v in cfm_sd.items() if k not in buffers) == 98_187_344
+    assert dit.cfg.ffn_hidden == 1536
+    assert dit.skip_plan == {7: 5, 8: 4, 9: 3, 10: 2, 11: 1, 12: 0}
+    assert sum(v.numel() for v in LengthRegulator(1024, 512, 4, 2048).state_dict().values()) == 4_988_416
+    assert sum(v.numel() for v in GptLayer([1280, 256, 128, 1024]).state_dict().values()) == 492_928
+    # the same sizes through the loader's config reading: a wrong-shaped file is refused by key
+    net = {"cfm": cfm_sd, "length_regulator": LengthRegulator(1024, 512, 4, 2048).state_dict()}
+    net["gpt_layer"] = GptLayer([1280, 256, 128, 1024]).state_dict()
+    model = build_s2mel(full, net, Path("full-size"))
+    assert model.cfm.estimator.cfg.depth == 13

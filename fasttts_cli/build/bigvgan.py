@@ -12,6 +12,7 @@ hop * lengths[b] are zero. Without it, the original's computation on the whole a
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,6 +90,26 @@ class SnakeBeta(nn.Module):
         return x + (1.0 / (b + 1e-9)) * torch.pow(torch.sin(x * a), 2)
 
 
+def kaiser_sinc_filter(cutoff: float, half_width: float, kernel: int) -> torch.Tensor:
+    """(1, 1, kernel) Kaiser-windowed sinc low-pass, normalised to sum 1 (the filters BigVGAN files carry;
+    a fresh module starts with them so a generated checkpoint holds the real kernels)."""
+    even = kernel % 2 == 0
+    half = kernel // 2
+    a = 2.285 * (half - 1) * math.pi * (4 * half_width) + 7.95
+    if a > 50.0:
+        beta = 0.1102 * (a - 8.7)
+    elif a >= 21.0:
+        beta = 0.5842 * (a - 21) ** 0.4 + 0.07886 * (a - 21.0)
+    else:
+        beta = 0.0
+    window = torch.kaiser_window(kernel, beta=beta, periodic=False)
+    time = torch.arange(-half, half) + 0.5 if even else torch.arange(kernel) - half
+    if cutoff == 0:
+        return torch.zeros(1, 1, kernel)
+    filt = 2 * cutoff * window * torch.sinc(2 * cutoff * time)
+    return (filt / filt.sum()).view(1, 1, kernel)
+
+
 class UpSample1d(nn.Module):
     def __init__(self, ratio: int, kernel: int, channels: int) -> None:
         super().__init__()
@@ -97,7 +118,7 @@ class UpSample1d(nn.Module):
         self.pad = kernel // ratio - 1
         self.crop_left = self.pad * ratio + (kernel - ratio) // 2
         self.crop_right = self.pad * ratio + (kernel - ratio + 1) // 2
-        self.register_buffer("filter", torch.zeros(1, 1, kernel))
+        self.register_buffer("filter", kaiser_sinc_filter(0.5 / ratio, 0.6 / ratio, kernel))
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor | None) -> torch.Tensor:
         c = self.channels
@@ -117,7 +138,7 @@ class LowPassFilter1d(nn.Module):
         self.pad_left = kernel // 2 - int(even)
         self.pad_right = kernel // 2
         self.stride = stride
-        self.register_buffer("filter", torch.zeros(1, 1, kernel))
+        self.register_buffer("filter", kaiser_sinc_filter(0.5 / stride, 0.6 / stride, kernel))
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor | None) -> torch.Tensor:
         c = self.channels

@@ -46,6 +46,10 @@ class GptLayer(nn.Sequential):
     def __init__(self, widths: list[int]) -> None:
         super().__init__(*(nn.Linear(a, b) for a, b in itertools.pairwise(widths)))
 
+    def official_state_dict(self) -> dict[str, torch.Tensor]:
+        """Keys of `net/gpt_layer` in s2mel.pth."""
+        return dict(self.state_dict())
+
 
 # -- length regulator -----------------------------------------------------------------------------------
 
@@ -75,6 +79,10 @@ class LengthRegulator(nn.Module):
         self.embedding = nn.Embedding(codebook_size, channels)
         self.mask_token = nn.Parameter(torch.zeros(1, channels))
         self.content_in_proj = nn.Linear(in_channels, channels)
+
+    def official_state_dict(self) -> dict[str, torch.Tensor]:
+        """Keys of `net/length_regulator` in s2mel.pth."""
+        return dict(self.state_dict())
 
     def forward(self, x: torch.Tensor, x_lens: torch.Tensor, ylens: torch.Tensor) -> torch.Tensor:
         """x (B, N, in_channels) valid up to x_lens (B,); -> (B, max(ylens), channels), zero past ylens[b].
@@ -126,6 +134,10 @@ class CFM(nn.Module):
     def __init__(self, estimator: DiT) -> None:
         super().__init__()
         self.estimator = estimator
+
+    def official_state_dict(self) -> dict[str, torch.Tensor]:
+        """Keys of `net/cfm` in s2mel.pth (`estimator.…`, weight norm as weight_g/weight_v)."""
+        return dict(self.state_dict())
 
     def cfg_velocity(
         self,
@@ -206,6 +218,13 @@ class S2Mel(nn.Module):
         self.length_regulator = length_regulator
         self.gpt_layer = gpt_layer
 
+    def prompt_condition(
+        self, s_ref: torch.Tensor, ref_lens: torch.Tensor, mel_lens: torch.Tensor
+    ) -> torch.Tensor:
+        """s_ref (B, N, 1024) = codec-quantized reference features valid up to ref_lens (B,) ->
+        (B, max mel_lens, C); mel_lens = #reference mel frames per row."""
+        return self.length_regulator(s_ref, ref_lens, mel_lens)
+
     def content(
         self, latent: torch.Tensor, vq_emb: torch.Tensor, code_lens: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -218,9 +237,9 @@ class S2Mel(nn.Module):
     def official_state_dict(self) -> dict[str, dict[str, torch.Tensor]]:
         """The value of `net` in s2mel.pth: per module, official keys (weight norm as weight_g/weight_v)."""
         return {
-            "cfm": dict(self.cfm.state_dict()),
-            "length_regulator": dict(self.length_regulator.state_dict()),
-            "gpt_layer": dict(self.gpt_layer.state_dict()),
+            "cfm": self.cfm.official_state_dict(),
+            "length_regulator": self.length_regulator.official_state_dict(),
+            "gpt_layer": self.gpt_layer.official_state_dict(),
         }
 
 

@@ -1,0 +1,396 @@
+"""Weight-only quantization of exported ONNX components for ONNX Runtime (CPU and CUDA providers).
+
+Two methods, chosen by the preset's ComponentSpec (`precision` int8|int4, option `method`):
+
+- `matmulnbits` (default): every MatMul whose right operand is a constant 2-D float weight (K, N) becomes a
+  `com.microsoft.MatMulNBits` node: weights stored in 8 or 4 bits per block of `block_size` values along
+  K, one fp32 scale (and, asymmetric, one zero point) per block, activations kept in float. The kernel's
+  `accuracy_level` is the minimum compute type for the activations (0 unset, 1 fp32, 2 fp16, 3 bf16,
+  4 int8); on the CPU provider 8-bit blocks are only fast with level 4 (with the default level they run
+  slower than fp32). We pack the blocks ourselves (plain numpy round-to-nearest, the layout of the
+  contrib op's schema) so the build needs no quantizer package beyond onnx; tests check the packing
+  against ONNX Runtime's kernel with fp32 compute.
+- `dynamic`: onnxruntime.quantization.quantize_dynamic, int8 weights with per-tensor (or per-channel)
+  scales and activations quantized at run time (DynamicQuantizeLinear + MatMulInteger).
+
+The GPT head (a MatMul after the exporter folds nn.Linear's transpose) is quantized with the trunk, so
+the measured ms/token includes it. BigVGAN and the DiT are never passed here (gpu_stack.check_preset
+refuses int8/int4 for them).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fasttts_cli.errors import FastTTSError
+from fasttts_cli.presets import ComponentSpec
+
+MS_DOMAIN = "com.microsoft"
+EXTERNAL_DATA_BYTES = 2_000_000_000
+
+# Defaults when a preset leaves an option out (acceleration.md §4.3: block 128 for 8 bits, 32 for 4).
+DEFAULT_BLOCK = {8: 128, 4: 32}
+DEFAULT_ACCURACY_LEVEL = 4
+
+
+class QuantizeError(FastTTSError):
+    """A component could not be quantized as the preset asks."""
+
+
+@dataclass(frozen=True)
+class QuantConfig:
+    bits: int  # 8 or 4
+    method: str = "matmulnbits"  # matmulnbits | dynamic
+    block_size: int = 128
+    accuracy_level: int = DEFAULT_ACCURACY_LEVEL
+    symmetric: bool = False
+    per_channel: bool = False  # dynamic only
+    min_k: int = 16  # MatMuls with a shorter reduction axis stay float (nothing to gain)
+
+    @staticmethod
+    def from_spec(spec: ComponentSpec) -> QuantConfig:
+        bits = {"int8": 8, "int4": 4}.get(spec.precision)
+        if bits is None:
+            raise QuantizeError(f"precision {spec.precision!r} is not a weight-only integer precision")
+        o = spec.options
+        method = str(o.get("method", "matmulnbits"))
+        if method == "dynamic" and bits != 8:
+            raise QuantizeError("dynamic quantization is int8 only")
+        return QuantConfig(
+            bits=bits,
+            method=method,
+            block_size=int(o.get("block_size", DEFAULT_BLOCK[bits])),
+            accuracy_level=int(o.get("accuracy_level", DEFAULT_ACCURACY_LEVEL)),
+            symmetric=bool(o.get("symmetric", False)),
+            per_channel=bool(o.get("per_channel", False)),
+        )
+
+
+@dataclass
+class QuantReport:
+    method: str
+    bits: int
+    block_size: int | None
+    accuracy_level: int | None
+    quantized: list[str] = field(default_factory=list)  # weight initializer names
+    skipped: list[str] = field(default_factory=list)  # MatMul nodes left in float, with the reason
+    bytes_before: int = 0
+    bytes_after: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+# ------------------------------------------------------------------------------------------ packing
+
+
+@dataclass(frozen=True)
+class PackedWeight:
+    blob: np.ndarray  # uint8 (N, k_blocks, block_size * bits / 8)
+    scales: np.ndarray  # float32 (N * k_blocks,)
+    zero_points: np.ndarray | None  # uint8 (N * ceil(k_blocks * bits / 8),) or None (symmetric)
+    k: int
+    n: int
+    bits: int
+    block_size: int
+
+
+def _pack_nibbles(q: np.ndarray) -> np.ndarray:
+    """(..., 2m) values 0..15 -> (..., m) bytes, element 2i in the low nibble (the op's layout)."""
+    q = q.astype(np.uint8)
+    return (q[..., 0::2] | (q[..., 1::2] << 4)).astype(np.uint8)
+
+
+def quantize_blocks(w: np.ndarray, bits: int, block_size: int, *, symmetric: bool) -> PackedWeight:
+    """Round-to-nearest block quantization of a (K, N) weight, packed for MatMulNBits.
+
+    Blocks run along K (the reduction axis) per output column; K is zero-padded to whole blocks.
+    Asymmetric: scale = (max - min) / (2^bits - 1), zero point = round(-min / scale), both per block.
+    Symmetric: no zero-point input (the op then uses 2^(bits-1)), scale = absmax / (2^(bits-1) - 1).
+    """
+    if bits not in (4, 8):
+        raise QuantizeError(f"bits must be 4 or 8, got {bits}")
+    if block_size < 16 or block_size & (block_size - 1):
+        raise QuantizeError(f"block_size must be a power of two >= 16, got {block_size}")
+    w = np.asarray(w, dtype=np.float32)
+    k, n = w.shape
+    kb = -(-k // block_size)
+    padded = np.zeros((kb * block_size, n), dtype=np.float32)
+    padded[:k] = w
+    blocks = padded.T.reshape(n, kb, block_size).astype(np.float64)
+    qmax = (1 << bits) - 1
+    if symmetric:
+        zp = np.full((n, kb), 1 << (bits - 1), dtype=np.float64)
+        amax = np.abs(blocks).max(axis=2)
+        scale = amax / ((1 << (bits - 1)) - 1)
+    else:
+        lo = np.minimum(blocks.min(axis=2), 0.0)  # keep 0 exactly representable (zero padding)
+        hi = np.maximum(blocks.max(axis=2), 0.0)
+        scale = (hi - lo) / qmax
+        safe = np.where(scale > 0, scale, 1.0)
+        zp = np.clip(np.round(-lo / safe), 0, qmax)
+    scale = np.where(scale > 0, scale, 1.0).astype(np.float32)
+    q = np.clip(np.round(blocks / scale.astype(np.float64)[..., None]) + zp[..., None], 0, qmax)
+    blob = q.astype(np.uint8) if bits == 8 else _pack_nibbles(q)
+    zero_points = None
+    if not symmetric:
+        zq = zp.astype(np.uint8)
+        if bits == 4:
+            if kb % 2:
+                zq = np.concatenate([zq, np.zeros((n, 1), np.uint8)], axis=1)
+            zq = _pack_nibbles(zq)
+        zero_points = zq.reshape(-1)
+    return PackedWeight(blob, scale.reshape(-1), zero_points, k, n, bits, block_size)
+
+
+def dequantize_blocks(p: PackedWeight) -> np.ndarray:
+    """The (K, N) float32 weight MatMulNBits computes with: (q - zero_point) * scale."""
+    kb = p.blob.shape[1]
+    if p.bits == 8:
+        q = p.blob.astype(np.float64)
+    else:
+        q = np.empty((p.n, kb, p.block_size), dtype=np.float64)
+        q[..., 0::2] = p.blob & 0x0F
+        q[..., 1::2] = p.blob >> 4
+    if p.zero_points is None:
+        zp = np.full((p.n, kb), 1 << (p.bits - 1), dtype=np.float64)
+    elif p.bits == 8:
+        zp = p.zero_points.reshape(p.n, kb).astype(np.float64)
+    else:
+        packed = p.zero_points.reshape(p.n, -1)
+        zp = np.empty((p.n, packed.shape[1] * 2), dtype=np.float64)
+        zp[:, 0::2] = packed & 0x0F
+        zp[:, 1::2] = packed >> 4
+        zp = zp[:, :kb]
+    w = (q - zp[..., None]) * p.scales.reshape(p.n, kb)[..., None].astype(np.float64)
+    return w.reshape(p.n, kb * p.block_size)[:, : p.k].T.astype(np.float32)
+
+
+# ------------------------------------------------------------------------------------------ graph
+
+
+def _load(path: Path) -> Any:
+    import onnx
+
+    return onnx.load(str(path), load_external_data=True)
+
+
+def _save(model: Any, dst: Path) -> None:
+    """Save atomically; weights go to one `<name>.data` file when the graph would pass 2 GB."""
+    import onnx
+
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    size = sum(t.ByteSize() for t in model.graph.initializer)
+    external = size > EXTERNAL_DATA_BYTES
+    with tempfile.TemporaryDirectory(dir=dst.parent) as tmp:
+        raw = Path(tmp) / dst.name
+        onnx.save_model(
+            model,
+            str(raw),
+            save_as_external_data=external,
+            all_tensors_to_one_file=True,
+            location=dst.name + ".data",
+            size_threshold=1024,
+        )
+        for f in Path(tmp).iterdir():
+            os.replace(f, dst.parent / f.name)
+
+
+def _ensure_ms_opset(model: Any) -> None:
+    import onnx
+
+    if not any(o.domain == MS_DOMAIN for o in model.opset_import):
+        model.opset_import.append(onnx.helper.make_opsetid(MS_DOMAIN, 1))
+
+
+def quantize_matmul_nbits(model: Any, cfg: QuantConfig) -> QuantReport:
+    """Rewrite `model` (an onnx.ModelProto, in place): constant-weight MatMuls -> MatMulNBits."""
+    from onnx import helper, numpy_helper
+
+    g = model.graph
+    inits = {t.name: t for t in g.initializer}
+    report = QuantReport("matmulnbits", cfg.bits, cfg.block_size, cfg.accuracy_level)
+    packed: dict[str, list[str]] = {}  # weight name -> names of its packed inputs (shared weights)
+    new_nodes = []
+    for node in g.node:
+        w = inits.get(node.input[1]) if node.op_type == "MatMul" and len(node.input) == 2 else None
+        if w is None:
+            if node.op_type == "MatMul":
+                report.skipped.append(f"{node.name or node.output[0]}: right operand is not a constant")
+            new_nodes.append(node)
+            continue
+        arr = numpy_helper.to_array(w)
+        if arr.ndim != 2 or arr.dtype != np.float32:
+            report.skipped.append(f"{node.name or node.output[0]}: weight {arr.dtype} {arr.shape}")
+            new_nodes.append(node)
+            continue
+        if arr.shape[0] < cfg.min_k:
+            report.skipped.append(f"{node.name or node.output[0]}: K={arr.shape[0]} < {cfg.min_k}")
+            new_nodes.append(node)
+            continue
+        if w.name not in packed:
+            p = quantize_blocks(arr, cfg.bits, cfg.block_size, symmetric=cfg.symmetric)
+            base = f"{w.name}_q{cfg.bits}"
+            names = [base, base + "_scales"]
+            g.initializer.extend(
+                [numpy_helper.from_array(p.blob, names[0]), numpy_helper.from_array(p.scales, names[1])]
+            )
+            if p.zero_points is not None:
+                names.append(base + "_zp")
+                g.initializer.append(numpy_helper.from_array(p.zero_points, names[2]))
+            packed[w.name] = names
+            report.quantized.append(w.name)
+            report.bytes_before += arr.nbytes
+            report.bytes_after += p.blob.nbytes + p.scales.nbytes + (
+                p.zero_points.nbytes if p.zero_points is not None else 0
+            )
+        k, n = arr.shape
+        new_nodes.append(
+            helper.make_node(
+                "MatMulNBits",
+                [node.input[0], *packed[w.name]],
+                list(node.output),
+                name=(node.name or node.output[0]) + "_MatMulNBits",
+                domain=MS_DOMAIN,
+                K=int(k),
+                N=int(n),
+                bits=cfg.bits,
+                block_size=cfg.block_size,
+                accuracy_level=cfg.accuracy_level,
+            )
+        )
+    del g.node[:]
+    g.node.extend(new_nodes)
+    # Drop float weights nothing reads any more.
+    used = {i for nd in g.node for i in nd.input} | {o.name for o in g.output}
+    keep = [t for t in g.initializer if t.name in used]
+    del g.initializer[:]
+    g.initializer.extend(keep)
+    _ensure_ms_opset(model)
+    return report
+
+
+def quantize_file(src: Path | str, dst: Path | str, cfg: QuantConfig) -> QuantReport:
+    """Quantize the ONNX file `src` into `dst` (may equal src); returns what was done."""
+    src, dst = Path(src), Path(dst)
+    if cfg.method == "matmulnbits":
+        model = _load(src)
+        report = quantize_matmul_nbits(model, cfg)
+        if not report.quantized:
+            raise QuantizeError(f"{src.name}: no MatMul with a constant float weight to quantize")
+        import onnx
+
+        try:
+            if model.ByteSize() < 2**31 - 1:  # the checker cannot take a protobuf past 2 GB
+                onnx.checker.check_model(model)
+        except onnx.checker.ValidationError as e:
+            raise QuantizeError(f"{src.name}: quantized graph is invalid: {e}") from None
+        _save(model, dst)
+        return report
+    if cfg.method == "dynamic":
+        return _quantize_dynamic(src, dst, cfg)
+    raise QuantizeError(f"unknown quantization method {cfg.method!r} (allowed: matmulnbits, dynamic)")
+
+
+def _quantize_dynamic(src: Path, dst: Path, cfg: QuantConfig) -> QuantReport:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    before = _weight_bytes(src)
+    with tempfile.TemporaryDirectory(dir=dst.parent) as tmp:
+        out = Path(tmp) / dst.name
+        large = before > EXTERNAL_DATA_BYTES
+        try:
+            quantize_dynamic(
+                str(src),
+                str(out),
+                weight_type=QuantType.QInt8,
+                per_channel=cfg.per_channel,
+                op_types_to_quantize=["MatMul"],
+                use_external_data_format=large,
+                extra_options={"MatMulConstBOnly": True},
+            )
+        except Exception as e:  # the quantizer raises many types
+            raise QuantizeError(f"{src.name}: dynamic quantization failed: {e}") from None
+        model = _load(out)
+        names = sorted(
+            t.name for t in model.graph.initializer if t.data_type in (3,) and t.name.endswith("_quantized")
+        )
+        _save(model, dst)
+    rep = QuantReport("dynamic", 8, None, None, quantized=names)
+    rep.bytes_before, rep.bytes_after = before, _weight_bytes(dst)
+    return rep
+
+
+def _weight_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.parent.glob(path.name + "*") if p.is_file())
+
+
+# ------------------------------------------------------------------------------------------ entry points
+
+
+def apply_precision(src: Path | str, dst: Path | str, spec: ComponentSpec) -> dict[str, Any] | None:
+    """What the exporter calls per exported ONNX file: transform `src` into `dst` as the component's
+    ComponentSpec asks (int8/int4 -> quantize here; fp16 -> fp16.convert_file with fp32 islands).
+    Returns a JSON-able report for the manifest/log, or None when the file stays fp32 (dst untouched)."""
+    if spec.precision in ("int8", "int4"):
+        return quantize_file(src, dst, QuantConfig.from_spec(spec)).to_json()
+    if spec.precision == "fp16":
+        from fasttts_cli.build.fp16 import convert_file
+
+        return convert_file(src, dst).to_json()
+    if spec.precision == "fp32":
+        return None
+    raise QuantizeError(
+        f"precision {spec.precision!r} is not applied to ONNX files (allowed here: fp32, fp16, int8, int4)"
+    )
+
+
+def count_ops(path_or_model: Path | str | Any) -> dict[str, int]:
+    """op_type -> count; handy for tests and build logs."""
+    import onnx
+
+    m = (
+        onnx.load(str(path_or_model), load_external_data=False)
+        if isinstance(path_or_model, str | Path)
+        else path_or_model
+    )
+    out: dict[str, int] = {}
+    for n in m.graph.node:
+        out[n.op_type] = out.get(n.op_type, 0) + 1
+    return out
+
+
+def compare_outputs(
+    ref_path: Path | str,
+    test_path: Path | str,
+    feeds: Mapping[str, np.ndarray],
+    *,
+    threads: int | None = 1,
+) -> dict[str, float]:
+    """Relative error ||a - b|| / ||b|| (float64) of every float output of `test_path` vs `ref_path`."""
+    import onnxruntime as ort
+
+    def run(p: Path | str) -> dict[str, np.ndarray]:
+        so = ort.SessionOptions()
+        if threads:
+            so.intra_op_num_threads = threads
+        s = ort.InferenceSession(str(p), so, providers=["CPUExecutionProvider"])
+        names = [o.name for o in s.get_outputs()]
+        return dict(zip(names, s.run(names, dict(feeds)), strict=True))
+
+    ref, got = run(ref_path), run(test_path)
+    out = {}
+    for k, b in ref.items():
+        if not np.issubdtype(b.dtype, np.floating):
+            continue
+        a64, b64 = np.asarray(got[k], np.float64), np.asarray(b, np.float64)
+        nb = np.linalg.norm(b64)
+        out[k] = float(np.linalg.norm(a64 - b64) / (nb if nb > 0 else 1.0))
+    return out

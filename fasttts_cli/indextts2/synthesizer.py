@@ -1,0 +1,337 @@
+"""`indextts2`: the IndexTTS-2 engine behind the dubbing pipeline's Synthesizer protocol.
+
+Per request: text -> segments (<= 120 tokens, the original's split), each segment -> codes -> latent ->
+s2mel -> BigVGAN, segments joined with 200 ms of silence, float32 at 22.05 kHz. Segments of every request
+in a call are batched together (up to the preset's `limits.max_batch` per GPT batch); each segment owns
+its random generators, derived from the request's seed and the segment's index, for the sampler and the
+CFM start noise, so a line's audio never depends on its batch-mates (batch == single, which the pipeline's
+per-line cache relies on). A failure is caught per line: a failing batch is re-run line by line.
+
+Run-time settings come from the preset (`decode`, `s2mel` tables); `SynthRequest.options` may override
+them per line with the same names (`beams`, `top_k`, `top_p`, `temperature`, `repetition_penalty`,
+`length_penalty`, `max_tokens`, `do_sample`, `steps`, `cfg_rate`, `schedule`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fasttts_cli import __version__
+from fasttts_cli.engine_folder import read_manifest
+from fasttts_cli.errors import InputError, UsageError
+from fasttts_cli.indextts2.engine import (
+    MODEL_ID,
+    IndexTTS2Engine,
+    VoiceConditioning,
+    load_text_front_end,
+    noise_generator,
+    segment_seed_generator,
+)
+from fasttts_cli.indextts2.sampling import SamplingParams
+from fasttts_cli.indextts2.voice_cache import VoiceCache, file_sha256, voice_key
+from fasttts_cli.presets import DecodeOptions, Preset, S2MelOptions
+from fasttts_cli.synthesizer import EmotionSpec, SynthRequest, SynthResult, Voice
+
+# Bump whenever this runtime's output for the same engine and preset could change (part of identity()).
+ENGINE_CODE_REV = 1
+SEGMENT_GAP_S = 0.2  # the original's interval_silence (200 ms)
+N_EMOTIONS = 8
+
+_ALIASES = {
+    "num_beams": "beams",
+    "max_mel_tokens": "max_tokens",
+    "diffusion_steps": "steps",
+    "s2mel_steps": "steps",
+    "inference_cfg_rate": "cfg_rate",
+}
+_DECODE_KEYS = {f.name for f in fields(DecodeOptions)}
+_S2MEL_KEYS = {"steps", "cfg_rate", "schedule"}
+
+
+@dataclass(frozen=True)
+class LineOptions:
+    """The effective run-time settings of one line."""
+
+    decode: DecodeOptions
+    s2mel: S2MelOptions
+
+    def sampling(self, stop_token: int, max_codes: int) -> SamplingParams:
+        p = SamplingParams.from_options(self.decode)
+        return replace(p, stop_token=stop_token, max_tokens=min(p.max_tokens, max_codes))
+
+
+def line_options(preset: Preset, overrides: Mapping[str, Any]) -> LineOptions:
+    """The preset's run keys with a request's overrides; ValueError names a bad key or value."""
+    dec: dict[str, Any] = {}
+    s2: dict[str, Any] = {}
+    for raw_key, value in overrides.items():
+        key = _ALIASES.get(raw_key, raw_key)
+        if key in _S2MEL_KEYS:
+            target, default = s2, getattr(preset.s2mel, key)
+        elif key in _DECODE_KEYS:
+            target, default = dec, getattr(preset.decode, key)
+        else:
+            allowed = sorted(_DECODE_KEYS | _S2MEL_KEYS)
+            raise ValueError(f"unknown synthesis option {raw_key!r} (allowed: {', '.join(allowed)})")
+        target[key] = _coerce(raw_key, value, default)
+    opts = LineOptions(replace(preset.decode, **dec), replace(preset.s2mel, **s2))
+    d, s = opts.decode, opts.s2mel
+    if d.beams < 1 or d.max_tokens < 1 or s.steps < 1:
+        raise ValueError("beams, max_tokens and steps must be >= 1")
+    if d.do_sample and d.temperature <= 0:
+        raise ValueError(f"temperature must be > 0 when sampling, got {d.temperature}")
+    if s.schedule not in ("uniform", "sway"):
+        raise ValueError(f"schedule must be uniform or sway, got {s.schedule!r}")
+    return opts
+
+
+def _coerce(name: str, value: Any, default: Any) -> Any:
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise ValueError(f"option {name} must be true or false, got {value!r}")
+        return value
+    if isinstance(default, int | float):
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise ValueError(f"option {name} must be a number, got {value!r}")
+        if isinstance(default, int) and int(value) != value:
+            raise ValueError(f"option {name} must be an integer, got {value!r}")
+        return type(default)(value)
+    if not isinstance(value, str):
+        raise ValueError(f"option {name} must be a string, got {value!r}")
+    return value
+
+
+@dataclass
+class _Segment:
+    """One segment of one request: the unit that is batched."""
+
+    req: int
+    index: int
+    prefix: np.ndarray
+    voice: VoiceConditioning
+    params: SamplingParams
+    s2mel: S2MelOptions
+    seed: int
+    codes: np.ndarray | None = None
+    stopped: bool = True
+    wav: np.ndarray | None = None
+    error: str | None = None
+
+
+class IndexTTS2Synthesizer:
+    """Synthesizer for an IndexTTS-2 engine folder (see the module docstring)."""
+
+    name = "indextts2"
+    clones_voice = True
+
+    def __init__(self, engine: IndexTTS2Engine, cache: VoiceCache | None = None) -> None:
+        self.engine = engine
+        self.cache = cache if cache is not None else VoiceCache()
+        self.sample_rate = engine.sample_rate
+        self.last_voice_cached: bool | None = None  # whether the last prepare_voice was a cache hit
+
+    @classmethod
+    def load(
+        cls,
+        path: Path | str,
+        preset: Preset | str | Path | None = None,
+        *,
+        threads: int | None = None,
+        cache_dir: Path | str | None = None,
+    ) -> IndexTTS2Synthesizer:
+        """Reads the manifest and checks the preset; no model session opens until it is needed."""
+        engine = IndexTTS2Engine.load(path, preset, threads)
+        return cls(engine, VoiceCache(cache_dir) if cache_dir is not None else None)
+
+    @classmethod
+    def tokenizer_counter(cls, path: Path | str) -> Callable[[str], int]:
+        """count_tokens from the engine's tokenizer alone (for --dry-run and inspect)."""
+        folder = Path(path)
+        manifest = read_manifest(folder, expect_model=MODEL_ID)
+        return load_text_front_end(folder, manifest).count_tokens
+
+    # ------------------------------------------------------------------------------- protocol
+
+    def identity(self) -> str:
+        p = self.engine.preset
+        run = json.dumps(p.run_keys(), sort_keys=True)
+        limits = json.dumps(asdict(p.limits), sort_keys=True)
+        return (
+            f"{self.engine.identity()}|run={run}|limits={limits}"
+            f"|code=fasttts-{__version__}.indextts2-{ENGINE_CODE_REV}"
+        )
+
+    def count_tokens(self, text: str) -> int:
+        return self.engine.text.count_tokens(text)
+
+    def prepare_voice(
+        self, path: Path, *, name: str | None = None, emotion: EmotionSpec | None = None
+    ) -> Voice:
+        from fasttts_cli.audio import check_reference_voice
+
+        path = Path(path)
+        spec = emotion or EmotionSpec()
+        check_reference_voice(path)
+        emo_sha = None
+        if spec.audio is not None:
+            check_reference_voice(Path(spec.audio))
+            emo_sha = file_sha256(spec.audio)
+        vector = _check_vector(spec.vector)
+        if not math.isfinite(spec.alpha):
+            raise UsageError(f"--emotion-alpha {spec.alpha}: must be a number")
+        sha = file_sha256(path)
+        lim = self.engine.preset.limits
+        key = voice_key(
+            sha,
+            self.engine.identity(),
+            emotion_audio_sha256=emo_sha,
+            vector=vector,
+            alpha=spec.alpha,
+            extra={"max_ref_seconds": lim.max_ref_seconds, "code": ENGINE_CODE_REV},
+        )
+        hit = self.cache.get(key)
+        cond = None
+        if hit is not None:
+            try:
+                cond = VoiceConditioning.from_arrays(hit)
+            except KeyError:
+                cond = None
+        self.last_voice_cached = cond is not None
+        if cond is None:
+            e = self.engine
+            speaker = e.speaker_audio(path)
+            emo16 = e.emotion_audio(spec.audio if spec.audio is not None else path)
+            with e.times.time("voice"):
+                cond = e.voice_conditioning(speaker, emo16, alpha=spec.alpha, vector=vector)
+            self.cache.put(key, cond.arrays())
+        return Voice(name=name or path.stem, path=path, audio_sha256=sha, emotion=spec, state=cond)
+
+    def synthesize(self, requests: Sequence[SynthRequest]) -> list[SynthResult]:
+        e = self.engine
+        errors: dict[int, str] = {}
+        segs: list[_Segment] = []
+        for i, r in enumerate(requests):
+            try:
+                segs += self._segments(i, r)
+            except Exception as ex:  # one bad line must not sink its batch
+                errors[i] = _message(ex)
+        # Similar prefix lengths together: less padding in each GPT batch (results do not depend on it).
+        order = sorted(segs, key=lambda s: (s.params.num_beams, s.prefix.shape[0]))
+        size = max(1, int(e.preset.limits.max_batch))
+        for start in range(0, len(order), size):
+            self._run_guarded(order[start : start + size])
+        out = []
+        gap = np.zeros(int(round(SEGMENT_GAP_S * self.sample_rate)), np.float32)
+        for i, r in enumerate(requests):
+            mine = sorted((s for s in segs if s.req == i), key=lambda s: s.index)
+            if i not in errors:
+                bad = [s for s in mine if s.error is not None]
+                if bad:
+                    errors[i] = f"segment {bad[0].index + 1} of {len(mine)}: {bad[0].error}"
+            if i in errors:
+                out.append(SynthResult(r.line_id, None, self.sample_rate, error=errors[i]))
+                continue
+            parts: list[np.ndarray] = []
+            for k, s in enumerate(mine):
+                if k:
+                    parts.append(gap)
+                assert s.wav is not None
+                parts.append(s.wav)
+            out.append(
+                SynthResult(
+                    r.line_id,
+                    np.concatenate(parts).astype(np.float32),
+                    self.sample_rate,
+                    n_tokens=int(sum(s.codes.size for s in mine if s.codes is not None)),
+                    hit_token_limit=any(not s.stopped for s in mine),
+                )
+            )
+        return out
+
+    def close(self) -> None:
+        self.engine.close()
+
+    # ------------------------------------------------------------------------------- internals
+
+    def _segments(self, i: int, r: SynthRequest) -> list[_Segment]:
+        e = self.engine
+        cond = r.voice.state
+        if not isinstance(cond, VoiceConditioning):
+            # a Voice not prepared by this engine (or rebuilt without state): prepare it now
+            cond = self.prepare_voice(r.voice.path, name=r.voice.name, emotion=r.voice.emotion).state
+        opts = line_options(e.preset, r.options)
+        params = opts.sampling(e.tokens.stop_mel, e.max_codes)
+        ids = e.text.segments(r.text)
+        ids = [s for s in ids if s]
+        if not ids:
+            raise ValueError("the text has no speakable tokens")
+        return [
+            _Segment(i, k, e.prefix(cond.spk_latents, cond.emovec, s), cond, params, opts.s2mel, int(r.seed))
+            for k, s in enumerate(ids)
+        ]
+
+    def _run_guarded(self, batch: list[_Segment]) -> None:
+        try:
+            self._run(batch)
+        except Exception as ex:
+            if len(batch) == 1:
+                batch[0].error = _message(ex)
+                return
+            for s in batch:  # find the line that fails; the others still get audio
+                s.error, s.wav, s.codes = None, None, None
+                self._run_guarded([s])
+
+    def _run(self, batch: list[_Segment]) -> None:
+        e = self.engine
+        decoded = e.generate(
+            [s.prefix for s in batch],
+            [s.params for s in batch],
+            [segment_seed_generator(s.seed, s.index) for s in batch],
+        )
+        ready = []
+        for s, d in zip(batch, decoded, strict=True):
+            s.codes, s.stopped = d.codes, d.stopped
+            if d.codes.size == 0:
+                s.error = "the model generated no speech codes (stop token first)"
+            else:
+                ready.append(s)
+        groups: dict[tuple[int, float, str], list[_Segment]] = {}
+        for s in ready:
+            groups.setdefault((s.s2mel.steps, s.s2mel.cfg_rate, s.s2mel.schedule), []).append(s)
+        for (steps, cfg_rate, schedule), group in groups.items():
+            wavs = e.codes_to_wavs(
+                [s.voice for s in group],
+                [s.prefix for s in group],
+                [s.codes for s in group],  # type: ignore[misc]
+                [noise_generator(s.seed, s.index) for s in group],
+                steps=steps,
+                cfg_rate=cfg_rate,
+                schedule=schedule,
+            )
+            for s, w in zip(group, wavs, strict=True):
+                s.wav = w
+
+
+def _check_vector(vector: Sequence[float] | None) -> tuple[float, ...] | None:
+    if vector is None:
+        return None
+    vals = tuple(float(x) for x in vector)
+    if len(vals) != N_EMOTIONS or not all(math.isfinite(x) for x in vals):
+        raise UsageError(
+            f"--emotion-vector: {N_EMOTIONS} numbers expected (happy, angry, sad, afraid, disgusted, "
+            f"melancholic, surprised, calm), got {list(vector)}"
+        )
+    return vals
+
+
+def _message(ex: BaseException) -> str:
+    if isinstance(ex, InputError | UsageError):
+        return str(ex)
+    return f"{type(ex).__name__}: {ex}"
