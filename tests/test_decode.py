@@ -183,9 +183,8 @@ class _ScriptedTrunk:
 
     def __init__(self, layers: int, script: dict[int, int], vocab: int = 8194) -> None:
         self.layers, self.script, self.vocab = layers, script, vocab
-
-    inputs: list = []
-    outputs: list = []
+        self.inputs: list = []
+        self.outputs: list = []
 
     def run(self, outputs, feeds):
         x = feeds[dec.INPUTS_EMBEDS]

@@ -174,7 +174,7 @@ def test_parse_ffmpeg_info_text() -> None:
 At least one output file must be specified
 """
     info = parse_ffmpeg_info(Path("x.mkv"), text)
-    assert info.duration == pytest.approx(3723.5)
+    assert info.duration == pytest.approx(3723.5) and info.start_time == 0.0
     assert info.video_streams[0].width == 1920 and info.video_streams[0].fps == pytest.approx(23.98)
     a, b = info.audio_streams
     assert (a.codec, a.layout, a.channels, a.language, a.title, a.default) == (

@@ -88,9 +88,9 @@ def test_bad_block_size_and_bits() -> None:
 def _mlp(path: Path, rng: np.random.Generator) -> Path:
     """x (b,t,K) -> MatMul W1 + b1 -> Relu -> MatMul W2 -> y; plus a MatMul of two activations (x x^T),
     which has no constant weight and must stay float."""
-    w1 = numpy_helper.from_array(rng.standard_normal((K, M)).astype(np.float32) / np.sqrt(K), "W1")
+    w1 = numpy_helper.from_array((rng.standard_normal((K, M)) / np.sqrt(K)).astype(np.float32), "W1")
     b1 = numpy_helper.from_array(rng.standard_normal(M).astype(np.float32), "b1")
-    w2 = numpy_helper.from_array(rng.standard_normal((M, N)).astype(np.float32) / np.sqrt(M), "W2")
+    w2 = numpy_helper.from_array((rng.standard_normal((M, N)) / np.sqrt(M)).astype(np.float32), "W2")
     nodes = [
         helper.make_node("MatMul", ["x", "W1"], ["h0"], name="mm1"),
         helper.make_node("Add", ["h0", "b1"], ["h1"]),
@@ -131,7 +131,8 @@ def test_matmulnbits_on_small_graph(tmp_path: Path, precision: str, options: dic
     rep = apply_precision(src, dst, ComponentSpec("onnxruntime-cpu", precision, options))
     assert rep is not None and sorted(rep["quantized"]) == ["W1", "W2"]
     assert any("mm_act" in s for s in rep["skipped"])
-    assert rep["bytes_after"] < rep["bytes_before"] / (3 if precision == "int8" else 6)
+    # K=200 pads to whole blocks, so the ratio is below the ideal 4x / 8x
+    assert rep["bytes_after"] < rep["bytes_before"] / (2.2 if precision == "int8" else 4)
     model = onnx.load(str(dst))
     onnx.checker.check_model(model)
     ops = count_ops(model)
@@ -270,10 +271,8 @@ def test_parity_trunk_int8_int4(trunk_onnx: Path, parity_case) -> None:
         rep = apply_precision(trunk_onnx, q, ComponentSpec("onnxruntime-cpu", prec, opts))
         assert rep is not None
         # every weight matmul of every block (c_attn, attn c_proj, c_fc, mlp c_proj) and the head
-        layers = sum(1 for _ in folder.glob("*")) and int(
-            sum(1 for n in rep["quantized"] if "c_fc" in n) or 0
-        )
-        assert count_ops(q)["MatMulNBits"] == len(rep["quantized"]) >= 4 * max(layers, 1) + 1
+        layers = sum(1 for i in onnx.load(str(trunk_onnx)).graph.input if i.name.startswith("past_key_"))
+        assert count_ops(q)["MatMulNBits"] == len(rep["quantized"]) == 4 * layers + 1
         logits, _ = _forced(q, parity_case)
         err = rel(logits, ref)
         agree = float(np.mean(logits.argmax(-1) == ref.argmax(-1)))

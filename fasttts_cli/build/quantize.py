@@ -248,8 +248,8 @@ def quantize_matmul_nbits(model: Any, cfg: QuantConfig) -> QuantReport:
             packed[w.name] = names
             report.quantized.append(w.name)
             report.bytes_before += arr.nbytes
-            report.bytes_after += p.blob.nbytes + p.scales.nbytes + (
-                p.zero_points.nbytes if p.zero_points is not None else 0
+            report.bytes_after += (
+                p.blob.nbytes + p.scales.nbytes + (p.zero_points.nbytes if p.zero_points is not None else 0)
             )
         k, n = arr.shape
         new_nodes.append(
