@@ -111,6 +111,11 @@ def _execute(
         return code
     except FastTTSError as e:
         return _fail(json_out, rep, command, e.message, e.hint, int(e.exit_code), type(e).__name__, verbosity)
+    except OSError as e:
+        # Disk full, permissions, a folder vanishing mid-run: name the file, no traceback.
+        where = f"{e.filename}: " if e.filename else ""
+        msg = f"{where}{e.strerror or e}"
+        return _fail(json_out, rep, command, msg, None, int(ExitCode.RUNTIME), "io", verbosity)
     except KeyboardInterrupt as e:
         msg = getattr(e, "message", None) or "interrupted"
         return _fail(json_out, rep, command, msg, None, int(ExitCode.INTERRUPTED), "interrupted", verbosity)

@@ -383,7 +383,6 @@ def run_dub(
     `synthesizer` overrides engine selection (tests, embedding programs)."""
     rep = rep or Reporter(verbosity=QUIET)
     validate_options(o)
-    rep.event("start", command="dub", version=__version__)
     with rep.stage("read"):
         job = read_inputs(o)
     paths = resolve_outputs(o)
@@ -397,7 +396,7 @@ def run_dub(
         selection = select_engine(o.engine)
         counter, token_source = token_counter(selection, o.preset)
     with rep.stage("plan"):
-        plan = _plan(job.cues, job.voices, counter, o)
+        plan = _plan(job.cues, job.voices, counter, o, job.only)
     plan_json = {
         "script": str(o.script),
         "engine": selection.kind,
@@ -448,6 +447,17 @@ def run_dub(
             synth.close()
 
 
+def _voice_warnings(path: Path, rep: Reporter) -> None:
+    """Odd but usable references (very long, clipped): the engine accepted them, the user should know."""
+    from fasttts_cli.audio import inspect_reference_voice
+
+    try:
+        for w in inspect_reference_voice(path).warnings:
+            rep.warn(w)
+    except FastTTSError:
+        pass  # the engine's own check is authoritative; it accepted this file
+
+
 def _merge_batches(batches: list[list[int]], size: int) -> list[list[int]]:
     flat = [i for b in batches for i in b]
     return [flat[k : k + size] for k in range(0, len(flat), size)]
@@ -481,6 +491,7 @@ def _synthesize_all(
         for ln in plan.lines:
             if ln.voice not in voices:
                 voices[ln.voice] = synth.prepare_voice(ln.voice, name=ln.speaker or ln.voice.stem)
+                _voice_warnings(ln.voice, rep)
 
     states: dict[int, _LineState] = {}
     for ln in plan.lines:
@@ -505,8 +516,6 @@ def _synthesize_all(
         # A non-cloning engine ignores the reference, so batches split by voice only cost extra
         # process starts (~1 s each for piper): regroup them into --batch-size chunks.
         batches = _merge_batches(batches, o.batch_size)
-    elif not todo:
-        batches = []
     try:
         with rep.stage("synthesize"):
             _synthesize(o, rep, synth, cache, states, batches, identity)

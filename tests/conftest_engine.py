@@ -22,7 +22,9 @@ HAS_TORCH = importlib.util.find_spec("torch") is not None
 HAS_TINY = importlib.util.find_spec("fasttts_cli.build.tiny") is not None
 
 
-def write_test_voice(path: Path, seconds: float = 2.0, sr: int = 24000, f0: float = 140.0, seed: int = 0) -> Path:
+def write_test_voice(
+    path: Path, seconds: float = 2.0, sr: int = 24000, f0: float = 140.0, seed: int = 0
+) -> Path:
     """A voice-like signal: a glottal-ish harmonic tone with vibrato and a little noise (not silent)."""
     import soundfile as sf
 

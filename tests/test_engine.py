@@ -26,8 +26,8 @@ from fasttts_cli.indextts2.engine import (
 )
 from fasttts_cli.indextts2.sampling import SamplingParams
 from fasttts_cli.indextts2.synthesizer import IndexTTS2Synthesizer, line_options
-from fasttts_cli.synthesizer import EmotionSpec, SynthRequest, Synthesizer
-from tests.conftest_engine import tiny_engine_dir, voice_wav, voice_wav2  # noqa: F401
+from fasttts_cli.synthesizer import EmotionSpec, Synthesizer, SynthRequest
+from tests.conftest_engine import *  # noqa: F403 (fixtures)
 
 FAST = {"max_tokens": 9, "steps": 3}  # keep every line short: seconds for the whole file
 LONG_TEXT = (
@@ -45,7 +45,7 @@ def synth(tiny_engine_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> In
 
 
 @pytest.fixture(scope="module")
-def voice(synth: IndexTTS2Synthesizer, voice_wav: Path):  # noqa: F811
+def voice(synth: IndexTTS2Synthesizer, voice_wav: Path):
     return synth.prepare_voice(voice_wav)
 
 
@@ -66,7 +66,7 @@ def _segment_codes(synth: IndexTTS2Synthesizer, voice, text: str, seed: int, **o
     return out
 
 
-def test_load_is_lazy_and_counts_tokens(tiny_engine_dir: Path) -> None:  # noqa: F811
+def test_load_is_lazy_and_counts_tokens(tiny_engine_dir: Path) -> None:
     s = IndexTTS2Synthesizer.load(tiny_engine_dir)
     assert isinstance(s, Synthesizer)
     assert s.name == "indextts2" and s.clones_voice and s.sample_rate == 22050
@@ -82,9 +82,7 @@ def test_load_is_lazy_and_counts_tokens(tiny_engine_dir: Path) -> None:  # noqa:
     assert other.identity() != ident
 
 
-def test_synth_length_per_segment_and_gaps(
-    synth: IndexTTS2Synthesizer, voice, tmp_path: Path
-) -> None:
+def test_synth_length_per_segment_and_gaps(synth: IndexTTS2Synthesizer, voice, tmp_path: Path) -> None:
     seed = 1234
     (res,) = synth.synthesize([_req(voice, LONG_TEXT, seed)])
     assert res.ok, res.error
@@ -107,7 +105,7 @@ def test_synth_length_per_segment_and_gaps(
 
 
 @pytest.mark.parametrize("beams", [1, 3])
-def test_batched_equals_one_by_one(synth: IndexTTS2Synthesizer, voice, voice_wav2: Path, beams: int) -> None:  # noqa: F811
+def test_batched_equals_one_by_one(synth: IndexTTS2Synthesizer, voice, voice_wav2: Path, beams: int) -> None:
     v2 = synth.prepare_voice(voice_wav2)
     reqs = [
         _req(voice, "Hello there, my friend.", 11, "a", beams=beams),
@@ -142,14 +140,19 @@ def test_sampled_codes_depend_only_on_the_line_seed(synth: IndexTTS2Synthesizer,
     assert not np.array_equal(other.codes, batch[0].codes)
 
 
-def test_deterministic_stages_batched_equal_single(synth: IndexTTS2Synthesizer, voice, voice_wav2: Path) -> None:  # noqa: F811
+def test_deterministic_stages_batched_equal_single(
+    synth: IndexTTS2Synthesizer, voice, voice_wav2: Path
+) -> None:
     e = synth.engine
     v2 = synth.prepare_voice(voice_wav2).state
     v1 = voice.state
     rng = np.random.default_rng(0)
     codes = [rng.integers(0, 8192, n) for n in (7, 12, 3)]
     vs = [v1, v2, v1]
-    prefixes = [e.prefix(v.spk_latents, v.emovec, ids) for v, ids in zip(vs, ([5, 6], [7, 8, 9, 10], [11]), strict=True)]
+    prefixes = [
+        e.prefix(v.spk_latents, v.emovec, ids)
+        for v, ids in zip(vs, ([5, 6], [7, 8, 9, 10], [11]), strict=True)
+    ]
     lat_b = e.latent(prefixes, codes)
     cond_b, ylens_b = e.s2mel_content(lat_b, codes)
     np.testing.assert_array_equal(ylens_b, [frames_for(c.size) for c in codes])
@@ -186,7 +189,7 @@ def test_cfm_start_noise_is_injectable(synth: IndexTTS2Synthesizer, voice) -> No
     assert np.abs(a - c).max() > 1e-4
 
 
-def test_voice_cache_hit_on_second_prepare(tiny_engine_dir: Path, voice_wav: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_voice_cache_hit_on_second_prepare(tiny_engine_dir: Path, voice_wav: Path, tmp_path: Path) -> None:
     s = IndexTTS2Synthesizer.load(tiny_engine_dir, cache_dir=tmp_path / "c")
     v1 = s.prepare_voice(voice_wav)
     assert s.last_voice_cached is False
@@ -211,7 +214,9 @@ def test_voice_cache_hit_on_second_prepare(tiny_engine_dir: Path, voice_wav: Pat
     assert s2.last_voice_cached is True
 
 
-def test_emotion_modes_change_the_emovec(synth: IndexTTS2Synthesizer, voice, voice_wav: Path, voice_wav2: Path) -> None:  # noqa: F811
+def test_emotion_modes_change_the_emovec(
+    synth: IndexTTS2Synthesizer, voice, voice_wav: Path, voice_wav2: Path
+) -> None:
     base = voice.state.emovec
     by_audio = synth.prepare_voice(voice_wav, emotion=EmotionSpec(audio=voice_wav2, alpha=0.6)).state
     by_vector = synth.prepare_voice(voice_wav, emotion=EmotionSpec(vector=(0.5, 0, 0, 0, 0, 0, 0, 0.2))).state
@@ -290,7 +295,7 @@ def _edit(folder: Path, fn) -> None:
         (lambda m: m["preset_build_keys"]["limits"].update(max_batch=64), "limits"),
     ],
 )
-def test_mismatched_engine_is_refused(tiny_engine_dir: Path, tmp_path: Path, edit, message: str) -> None:  # noqa: F811
+def test_mismatched_engine_is_refused(tiny_engine_dir: Path, tmp_path: Path, edit, message: str) -> None:
     eng = _copy_engine(tiny_engine_dir, tmp_path / "eng")
     _edit(eng, edit)
     with pytest.raises(EngineMismatchError) as err:
@@ -298,7 +303,7 @@ def test_mismatched_engine_is_refused(tiny_engine_dir: Path, tmp_path: Path, edi
     assert message in str(err.value)
 
 
-def test_runtime_preset_may_change_run_keys_only(tiny_engine_dir: Path) -> None:  # noqa: F811
+def test_runtime_preset_may_change_run_keys_only(tiny_engine_dir: Path) -> None:
     from fasttts_cli.presets import load_preset
 
     p = load_preset("cpu-fp32")
@@ -312,7 +317,7 @@ def test_runtime_preset_may_change_run_keys_only(tiny_engine_dir: Path) -> None:
         IndexTTS2Engine.load(tiny_engine_dir, replace(p, limits=Limits(max_batch=2)))
 
 
-def test_session_io_mismatch_is_named(tiny_engine_dir: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_session_io_mismatch_is_named(tiny_engine_dir: Path, tmp_path: Path) -> None:
     """A component file whose graph does not have the IO the manifest promises is refused on open."""
     eng = _copy_engine(tiny_engine_dir, tmp_path / "eng")
     _edit(eng, lambda m: m["components"]["campplus"].update(file="codec_vq2emb.onnx"))

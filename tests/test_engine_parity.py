@@ -17,7 +17,7 @@ import pytest
 from fasttts_cli.indextts2.engine import CFMInputs, IndexTTS2Engine, euler_times
 from fasttts_cli.indextts2.synthesizer import IndexTTS2Synthesizer
 from fasttts_cli.synthesizer import EmotionSpec
-from tests.conftest_engine import parity_engine_dir  # noqa: F401
+from tests.conftest_engine import *  # noqa: F403 (fixtures)
 from tests.parity import ParityCase, rel
 
 pytestmark = pytest.mark.parity
@@ -25,14 +25,15 @@ TOL = 1e-4
 
 
 @pytest.fixture
-def engine(parity_engine_dir: Path) -> IndexTTS2Engine:  # noqa: F811
+def engine(parity_engine_dir: Path) -> IndexTTS2Engine:
     return IndexTTS2Engine.load(parity_engine_dir)
 
 
 def test_audio_front_stages(engine: IndexTTS2Engine, parity_case: ParityCase) -> None:
     v = parity_case
     out = engine.session("w2v_bert").run(
-        ["spk_cond_emb"], {"input_features": v["w2v_input_features"], "attention_mask": v["w2v_attention_mask"]}
+        ["spk_cond_emb"],
+        {"input_features": v["w2v_input_features"], "attention_mask": v["w2v_attention_mask"]},
     )["spk_cond_emb"]
     assert rel(out, v["spk_cond_emb"]) < TOL
     idx, s_ref = engine.codec_quantize(v["spk_cond_emb"][0])
@@ -87,7 +88,7 @@ def test_latent_s2mel_cfm_vocoder(engine: IndexTTS2Engine, parity_case: ParityCa
 
 
 def test_end_to_end_with_forced_codes_and_noise(
-    parity_engine_dir: Path,  # noqa: F811
+    parity_engine_dir: Path,
     parity_case: ParityCase,
     tmp_path: Path,
 ) -> None:
@@ -105,7 +106,9 @@ def test_end_to_end_with_forced_codes_and_noise(
     assert rel(state.spk_latents, v["spk_latents"][0]) < 1e-3
     assert rel(state.emovec, v["emovec"][0]) < 1e-3
     prefix = e.prefix(state.spk_latents, state.emovec, v["gpt_text_ids"][0])
-    (wav,) = e.codes_to_wavs([state], [prefix], [v["gpt_forced_codes"]], [v["cfm_z"][0]], steps=25, cfg_rate=0.7)
+    (wav,) = e.codes_to_wavs(
+        [state], [prefix], [v["gpt_forced_codes"]], [v["cfm_z"][0]], steps=25, cfg_rate=0.7
+    )
     want = v["bigvgan_wav"][0, 0]
     assert wav.shape == want.shape
     assert rel(wav, want) < 1e-3

@@ -214,3 +214,24 @@ def test_output_naming(tmp_path: Path):
 
 def test_ranges():
     assert _ranges([7, 1, 2, 3, 9, 10]) == "1-3, 7, 9-10"
+
+
+def test_progress_events(job: DubOptions, tmp_path: Path):
+    from fasttts_cli.progress import QUIET, Reporter
+
+    events = tmp_path / "events.jsonl"
+    rep = Reporter(verbosity=QUIET, jsonl=str(events))
+    job.batch_size = 1
+    run_dub(job, rep, synthesizer=FakeSynth())
+    rep.close()
+    evs = [json.loads(line) for line in events.read_text().splitlines()]
+    kinds = [e["event"] for e in evs]
+    assert kinds[-1] == "done" and evs[-1]["ok"] is True
+    assert kinds.count("batch_start") == kinds.count("batch_done") == 3  # one line per batch
+    done = [e for e in evs if e["event"] == "line_done"]
+    assert sorted(e["line"] for e in done) == [1, 2, 3]
+    assert all(e["cached"] is False and e["duration"] > 0 and e["rtf"] is not None for e in done)
+    assert {"read", "plan", "synthesize", "tempo", "loudness", "write"} <= {
+        e["name"] for e in evs if e["event"] == "stage"
+    }
+    assert all(evs[k]["t"] <= evs[k + 1]["t"] for k in range(len(evs) - 1))

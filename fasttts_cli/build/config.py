@@ -224,25 +224,29 @@ def _table(path: Path, raw: Any, where: str) -> dict[str, Any]:
 
 def _build(cls: type, path: Path, raw: Any, where: str, *, strict: bool, nested: dict | None = None) -> Any:
     """Fill dataclass `cls` from mapping `raw`; `nested` maps a field name to a callable(raw, where)."""
-    data = _table(path, raw, where)
+    data = _table(path, raw, where or "<top level>")
     hints = typing.get_type_hints(cls)
+
+    def key(k: str) -> str:
+        return f"{where}.{k}" if where else k
+
     names = {f.name for f in fields(cls)}
     if strict:
         for k in data:
             if k not in names:
                 raise ConfigError(
-                    path, f"unknown key {where}.{k}", hint=f"known keys: {', '.join(sorted(names))}"
+                    path, f"unknown key {key(k)}", hint=f"known keys: {', '.join(sorted(names))}"
                 )
     kwargs: dict[str, Any] = {}
     for f in fields(cls):
         if nested and f.name in nested:
             if f.name not in data:
-                raise ConfigError(path, f"missing key {where}.{f.name}")
-            kwargs[f.name] = nested[f.name](data[f.name], f"{where}.{f.name}")
+                raise ConfigError(path, f"missing key {key(f.name)}")
+            kwargs[f.name] = nested[f.name](data[f.name], key(f.name))
             continue
         if f.name not in data:
             if f.default is MISSING and f.default_factory is MISSING:
-                raise ConfigError(path, f"missing key {where}.{f.name}")
+                raise ConfigError(path, f"missing key {key(f.name)}")
             continue
         value = data[f.name]
         if isinstance(value, str) and value == "None":  # the official YAML writes fmax: None
@@ -250,7 +254,7 @@ def _build(cls: type, path: Path, raw: Any, where: str, *, strict: bool, nested:
         ok, conv = _type_ok(value, hints[f.name])
         if not ok:
             raise ConfigError(
-                path, f"key {where}.{f.name} = {value!r} has the wrong type (expected {hints[f.name]})"
+                path, f"key {key(f.name)} = {value!r} has the wrong type (expected {hints[f.name]})"
             )
         kwargs[f.name] = conv
     return cls(**kwargs)
@@ -311,7 +315,7 @@ def parse_config(data: dict[str, Any], path: Path) -> IndexTTS2Config:
     ok, emo_num = _type_ok(emo_num, tuple[int, ...])
     if not ok or len(emo_num) != len(EMOTIONS) or min(emo_num) < 1:
         raise ConfigError(path, f"key emo_num must be {len(EMOTIONS)} positive integers, got {emo_num!r}")
-    top = _build(_Top, path, data, "<top level>", strict=False)
+    top = _build(_Top, path, data, "", strict=False)
     vocoder = data.get("vocoder") or {}
     return IndexTTS2Config(
         path=path,

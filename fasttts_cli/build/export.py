@@ -620,6 +620,8 @@ def build_engine(
             config=model_constants(m),
         )
         write_manifest(tmp, manifest)
+        for p in [tmp, *tmp.iterdir()]:
+            p.chmod(0o755 if p.is_dir() else 0o644)  # mkdtemp's 0700 is not meant for an engine
         if out.exists():
             shutil.rmtree(out)
         os.replace(tmp, out)

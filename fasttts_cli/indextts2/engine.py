@@ -432,7 +432,9 @@ class IndexTTS2Engine:
             )
         return out["emovec"][0]
 
-    def emotion_vector(self, emo_cond_emb: np.ndarray, spk_cond_emb: np.ndarray, alpha: float = 1.0) -> np.ndarray:
+    def emotion_vector(
+        self, emo_cond_emb: np.ndarray, spk_cond_emb: np.ndarray, alpha: float = 1.0
+    ) -> np.ndarray:
         """Stage 3.1: merge_emovec = base + alpha (emo - base), base from the speaker features."""
         base = self.emovec_of(spk_cond_emb)
         return emo.blend_emovec(base[None], self.emovec_of(emo_cond_emb)[None], alpha)[0]
@@ -528,7 +530,8 @@ class IndexTTS2Engine:
     ) -> CFMInputs:
         """Per row [prompt condition | content] (Tm_b + Tg_b frames), padded into one batch."""
         rows = [
-            np.concatenate([v.prompt_condition, cond[b, : int(ylens[b])]], axis=0) for b, v in enumerate(voices)
+            np.concatenate([v.prompt_condition, cond[b, : int(ylens[b])]], axis=0)
+            for b, v in enumerate(voices)
         ]
         return CFMInputs(
             cat_condition=_pad_stack(rows).astype(np.float32),
@@ -553,7 +556,9 @@ class IndexTTS2Engine:
             raise ValueError(f"cat_condition {inp.cat_condition.shape} does not match z {z.shape}")
         pos = np.arange(t_len)[None, :]
         in_prompt = (pos < inp.prompt_lens[:, None]).astype(np.float32)[:, None, :]
-        keep = ((pos >= inp.prompt_lens[:, None]) & (pos < inp.x_lens[:, None])).astype(np.float32)[:, None, :]
+        keep = ((pos >= inp.prompt_lens[:, None]) & (pos < inp.x_lens[:, None])).astype(np.float32)[
+            :, None, :
+        ]
         prompt = inp.prompt[:, :, :t_len]
         prompt_x = np.pad(prompt, ((0, 0), (0, 0), (0, t_len - prompt.shape[2]))) * in_prompt
         x = np.asarray(z, np.float32) * keep
@@ -639,7 +644,8 @@ def check_manifest(manifest: Manifest, folder: Path) -> None:
     problems: list[str] = []
     if str(manifest.model_version) not in SUPPORTED_MODEL_VERSIONS:
         problems.append(
-            f"model_version {manifest.model_version!r} (this runtime runs {', '.join(SUPPORTED_MODEL_VERSIONS)})"
+            f"model_version {manifest.model_version!r} "
+            f"(this runtime runs {', '.join(SUPPORTED_MODEL_VERSIONS)})"
         )
     cfg = manifest.config or {}
     for section, keys in _CONFIG_KEYS.items():
@@ -657,16 +663,25 @@ def check_manifest(manifest: Manifest, folder: Path) -> None:
             problems.append(f"component {name!r} is missing")
             continue
         if comp.backend not in SUPPORTED_BACKENDS:
-            problems.append(f"component {name!r} backend {comp.backend!r} (runs: {', '.join(SUPPORTED_BACKENDS)})")
+            problems.append(
+                f"component {name!r} backend {comp.backend!r} (runs: {', '.join(SUPPORTED_BACKENDS)})"
+            )
         if comp.inputs and set(comp.inputs) != set(ins):
             problems.append(f"component {name!r} inputs {sorted(comp.inputs)}, expected {sorted(ins)}")
         if comp.outputs and not set(outs) <= set(comp.outputs):
             problems.append(f"component {name!r} outputs {sorted(comp.outputs)}, expected {sorted(outs)}")
-    needed = [Path(f).stem for f in dec.TABLE_FILES.values()] + [W2V_MEAN, W2V_VAR, SPK_MATRIX, EMO_MATRIX, BPE_MODEL]
+    needed = [Path(f).stem for f in dec.TABLE_FILES.values()] + [
+        W2V_MEAN,
+        W2V_VAR,
+        SPK_MATRIX,
+        EMO_MATRIX,
+        BPE_MODEL,
+    ]
     problems += [f"file {k!r} is not listed" for k in needed if k not in manifest.files]
     if problems:
         raise EngineMismatchError(
-            f"{folder / 'manifest.json'}: this engine does not match the IndexTTS-2 runtime: " + "; ".join(problems),
+            f"{folder / 'manifest.json'}: this engine does not match the IndexTTS-2 runtime: "
+            + "; ".join(problems),
             hint="rebuild it with this version of `fasttts build`",
         )
 
@@ -683,7 +698,9 @@ def segment_seed_generator(seed: int, segment: int) -> np.random.Generator:
 
 def noise_generator(seed: int, segment: int) -> np.random.Generator:
     """The CFM start-noise generator of a segment (separate from the sampler's stream)."""
-    return np.random.Generator(np.random.PCG64(np.random.SeedSequence([int(seed) & (2**64 - 1), segment, 0x5EED])))
+    return np.random.Generator(
+        np.random.PCG64(np.random.SeedSequence([int(seed) & (2**64 - 1), segment, 0x5EED]))
+    )
 
 
 def frames_for(n_codes: int, code_to_frames: float = 1.72) -> int:

@@ -228,7 +228,7 @@ class IndexTTS2Synthesizer:
         for start in range(0, len(order), size):
             self._run_guarded(order[start : start + size])
         out = []
-        gap = np.zeros(int(round(SEGMENT_GAP_S * self.sample_rate)), np.float32)
+        gap = np.zeros(round(SEGMENT_GAP_S * self.sample_rate), np.float32)
         for i, r in enumerate(requests):
             mine = sorted((s for s in segs if s.req == i), key=lambda s: s.index)
             if i not in errors:

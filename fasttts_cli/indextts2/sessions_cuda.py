@@ -1,0 +1,204 @@
+"""ONNX Runtime on the CUDA execution provider, with IO binding that keeps the KV cache on the device.
+
+`CudaOrtSession` implements the runtime's Session interface. Outputs named as device outputs (by
+default every `present_*` of the GPT trunk) come back as `DeviceTensor`s: OrtValues that stay in GPU
+memory. Fed back as the next step's `past_*` they are bound directly (no host round trip), and the
+decoder's beam reordering (`kv[rows]`) runs as a Gather on the device. Everything else (logits, hidden
+states) is bound to host memory, so the decoder's numpy code is unchanged.
+
+Packaging: `onnxruntime-gpu` replaces the CPU `onnxruntime` package (both install the same
+`onnxruntime` module); `gpu_stack` reports a machine that has both. The same class runs on the CPU
+provider with `device="cpu"`, which is how the binding logic is tested on machines without a GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fasttts_cli.errors import EngineMismatchError, MissingDependencyError
+from fasttts_cli.indextts2.sessions import SessionOptions, TensorInfo, _info
+
+DEVICE_OUTPUT_PREFIXES = ("present_",)
+
+
+def _ort() -> Any:
+    try:
+        import onnxruntime as ort
+    except ImportError as e:
+        raise MissingDependencyError(f"onnxruntime is not importable: {e}") from None
+    return ort
+
+
+class _Gather:
+    """Row selection on the device: a one-node ONNX graph (Gather, axis 0) per dtype, run with IO
+    binding so input and output stay where they are."""
+
+    def __init__(self, device: str, device_id: int, providers: list[Any]) -> None:
+        self.device, self.device_id, self.providers = device, device_id, providers
+        self._sessions: dict[int, Any] = {}
+
+    def _session(self, elem_type: int) -> Any:
+        if elem_type not in self._sessions:
+            from onnx import TensorProto, helper
+
+            g = helper.make_graph(
+                [helper.make_node("Gather", ["data", "rows"], ["out"], axis=0)],
+                "gather_rows",
+                [
+                    helper.make_tensor_value_info("data", elem_type, None),
+                    helper.make_tensor_value_info("rows", TensorProto.INT64, ["n"]),
+                ],
+                [helper.make_tensor_value_info("out", elem_type, None)],
+            )
+            model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+            model.ir_version = 8
+            ort = _ort()
+            self._sessions[elem_type] = ort.InferenceSession(
+                model.SerializeToString(), providers=self.providers
+            )
+        return self._sessions[elem_type]
+
+    def __call__(self, value: Any, rows: np.ndarray, elem_type: int) -> Any:
+        sess = self._session(elem_type)
+        b = sess.io_binding()
+        b.bind_ortvalue_input("data", value)
+        b.bind_cpu_input("rows", np.ascontiguousarray(rows, dtype=np.int64))
+        b.bind_output("out", self.device, self.device_id)
+        sess.run_with_iobinding(b)
+        return b.get_outputs()[0]
+
+
+_ELEM = {"float32": 1, "float16": 10, "int64": 7, "int32": 6, "bool": 9}
+
+
+class DeviceTensor:
+    """An OrtValue kept on the session's device, numpy-like where the decoder needs it: `.shape`,
+    `.dtype`, `kv[rows]` (row gather on the device) and `np.asarray(kv)` (copy to host)."""
+
+    def __init__(self, value: Any, gather: _Gather) -> None:
+        self.value = value
+        self._gather = gather
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.value.shape())
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(
+            {"tensor(float)": "float32", "tensor(float16)": "float16"}.get(self.value.data_type(), "float32")
+        )
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __getitem__(self, rows: Any) -> DeviceTensor:
+        idx = np.asarray(rows)
+        if idx.dtype == bool or idx.ndim != 1 or not np.issubdtype(idx.dtype, np.integer):
+            raise TypeError("DeviceTensor supports row selection with a 1-D integer array only")
+        return DeviceTensor(
+            self._gather(self.value, idx.astype(np.int64), _ELEM[self.dtype.name]), self._gather
+        )
+
+    def numpy(self) -> np.ndarray:
+        return self.value.numpy() if self.value.device_name().lower() == "cpu" else _to_host(self.value)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        a = self.numpy()
+        return a if dtype is None else a.astype(dtype)
+
+
+def _to_host(value: Any) -> np.ndarray:
+    """Copy a device OrtValue to host memory (an identity graph would also do; numpy() on a CUDA value
+    copies in recent ORT versions)."""
+    return np.asarray(value.numpy())
+
+
+class CudaOrtSession:
+    """onnxruntime InferenceSession on CUDA (or CPU for tests) with IO binding."""
+
+    def __init__(
+        self,
+        path: Path | str,
+        options: SessionOptions | None = None,
+        *,
+        device: str = "cuda",
+        device_id: int = 0,
+        device_outputs: Sequence[str] | None = None,
+    ) -> None:
+        ort = _ort()
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise EngineMismatchError(f"{self.path}: component file is missing")
+        self.device, self.device_id = device, device_id
+        if device == "cuda":
+            if "CUDAExecutionProvider" not in ort.get_available_providers():
+                raise MissingDependencyError(
+                    "onnxruntime has no CUDAExecutionProvider here",
+                    hint="pip uninstall -y onnxruntime && pip install onnxruntime-gpu",
+                )
+            providers: list[Any] = [
+                ("CUDAExecutionProvider", {"device_id": device_id}),
+                "CPUExecutionProvider",
+            ]
+        elif device == "cpu":
+            providers = ["CPUExecutionProvider"]
+        else:
+            raise ValueError(f"device must be 'cuda' or 'cpu', got {device!r}")
+        opts = options or SessionOptions()
+        so = ort.SessionOptions()
+        n = opts.resolved_threads()
+        if n:
+            so.intra_op_num_threads = n
+        try:
+            self._sess = ort.InferenceSession(str(self.path), sess_options=so, providers=providers)
+        except Exception as e:  # ORT raises its own types for bad graphs
+            raise EngineMismatchError(f"{self.path}: cannot load: {e}") from None
+        self._inputs = [_info(i) for i in self._sess.get_inputs()]
+        self._outputs = [_info(o) for o in self._sess.get_outputs()]
+        self._in_dtype = {i.name: np.dtype(i.dtype) for i in self._inputs}
+        names = [o.name for o in self._outputs]
+        self.device_outputs = set(
+            device_outputs
+            if device_outputs is not None
+            else [n for n in names if n.startswith(DEVICE_OUTPUT_PREFIXES)]
+        )
+        self._gather = _Gather(device, device_id, providers)
+
+    @property
+    def inputs(self) -> list[TensorInfo]:
+        return list(self._inputs)
+
+    @property
+    def outputs(self) -> list[TensorInfo]:
+        return list(self._outputs)
+
+    def run(self, outputs: Sequence[str] | None, feeds: Mapping[str, Any]) -> dict[str, Any]:
+        missing = [n for n in self._in_dtype if n not in feeds]
+        if missing:
+            raise ValueError(f"{self.path.name}: missing inputs {missing}")
+        b = self._sess.io_binding()
+        for name, v in feeds.items():
+            if name not in self._in_dtype:
+                continue
+            if isinstance(v, DeviceTensor):
+                b.bind_ortvalue_input(name, v.value)
+            else:
+                b.bind_cpu_input(name, np.ascontiguousarray(v, dtype=self._in_dtype[name]))
+        names = list(outputs) if outputs is not None else [o.name for o in self._outputs]
+        for name in names:
+            if name in self.device_outputs:
+                b.bind_output(name, self.device, self.device_id)
+            else:
+                b.bind_output(name, "cpu")
+        self._sess.run_with_iobinding(b)
+        values = b.get_outputs()
+        out: dict[str, Any] = {}
+        for name, v in zip(names, values, strict=True):
+            out[name] = DeviceTensor(v, self._gather) if name in self.device_outputs else v.numpy()
+        return out

@@ -1,0 +1,291 @@
+"""Batched AR decoding, forced decoding and the latent pass on UnifiedVoice's weights, on one device.
+
+Generation (spec §2.6.6): prefill [prefix | start token at mel position 0] for every row (left-padded),
+then one token per step, code k fed at mel position k + 2, all rows in one column of a preallocated
+`StaticKVCache`. The decode step (mel embedding lookup + 24 blocks + both norms + mel_head) is one
+function of static buffers, captured as a CUDA graph per (rows bucket, attended-length bucket) and
+replayed; sampling runs on the device (`sampling_torch`). Beams reorder cache rows by parent.
+
+Latent pass (spec §2.6.7), as the original runs it: a second, teacher-forced pass over
+[prefix | start, c_0 .. c_{n-1}, stop] at mel positions 0..n+1, batched with left padding; the latent is
+the hidden state at [start, c_0 .. c_{n-2}]. (The generation-time hidden states sit at positions k + 2,
+so reusing them would only approximate it; this backend does not offer that shortcut.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from fasttts_cli.build.unified_voice import UnifiedVoice
+from fasttts_cli.indextts2.sampling import Decoded, SamplingParams
+from fasttts_cli.torch_backend.graphs import GraphRunner, bucket, round_up, row_buckets
+from fasttts_cli.torch_backend.sampling_torch import BatchSampler, DeviceNoise, NoiseSource, NumpyNoise
+from fasttts_cli.torch_backend.static_cache import StaticKVCache, trunk_cached, trunk_full
+
+PrefixLike = torch.Tensor | np.ndarray
+
+
+@dataclass(frozen=True)
+class DecodeSettings:
+    max_lines: int = 16  # lines per GPT batch (rows = lines x beams)
+    max_beams: int = 3
+    length_step: int = 256  # attended-length bucket of the decode graphs
+    sync_every: int = 8  # one beam: host sync (drop finished lines) every this many steps
+    use_graphs: bool | None = None  # None: on CUDA
+
+
+class TorchGPT:
+    """Drives UnifiedVoice's trunk with a static cache (see the module docstring).
+
+    `uv` is moved to `device` in place (the caller hands over a module it owns); the parts the decode
+    step and the latent pass run (GPT-2 blocks, ln_f, final_norm, mel_head, mel embedding and positions)
+    are cast to `dtype`, the conditioners and text tables stay fp32 (they run once per voice / prefix).
+    """
+
+    def __init__(
+        self,
+        uv: UnifiedVoice,
+        *,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+        settings: DecodeSettings = DecodeSettings(),
+    ) -> None:
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.uv = uv.to(device=self.device).eval().requires_grad_(False)
+        for part in (uv.gpt, uv.final_norm, uv.mel_head, uv.mel_embedding, uv.mel_pos_embedding):
+            part.to(dtype)
+        self.cfg = uv.cfg
+        self.settings = settings
+        use = settings.use_graphs if settings.use_graphs is not None else self.device.type == "cuda"
+        self.graphs = GraphRunner(use)
+        self.max_rows = settings.max_lines * settings.max_beams
+        self.buckets = row_buckets(settings.max_lines, tuple(sorted({1, settings.max_beams})))
+        c = self.cfg
+        dev = self.device
+        self.tok_buf = torch.zeros(self.max_rows, dtype=torch.long, device=dev)
+        self.col_buf = torch.zeros(1, dtype=torch.long, device=dev)
+        self.pos_buf = torch.zeros(1, dtype=torch.long, device=dev)
+        self.logits_buf = torch.zeros(self.max_rows, c.number_mel_codes, dtype=torch.float32, device=dev)
+        self.hidden_buf = torch.zeros(self.max_rows, c.model_dim, dtype=torch.float32, device=dev)
+        self.cache: StaticKVCache | None = None
+
+    # ------------------------------------------------------------------------------- cache
+
+    @property
+    def max_codes(self) -> int:
+        """Most codes a line can have: code k sits at mel position k + 2 < rows of the position table."""
+        return self.cfg.mel_pos_rows - 2
+
+    def ensure_cache(self, length: int) -> StaticKVCache:
+        """A cache of max_rows x >= length columns (grown in length steps; graphs dropped on regrowth)."""
+        length = round_up(length, self.settings.length_step)
+        if self.cache is None or self.cache.length < length:
+            self.cache = None
+            self.graphs.clear()
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+            self.cache = StaticKVCache.for_model(self.uv, self.max_rows, length, dtype=self.dtype, device=self.device)
+        return self.cache
+
+    # ------------------------------------------------------------------------------- steps
+
+    def _prefix_batch(self, prefixes: Sequence[PrefixLike]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Left-padded [prefix | start@0] (n, Pmax+1, D) in the compute dtype, and valid (n, Pmax+1)."""
+        c, dev = self.cfg, self.device
+        rows = [torch.as_tensor(p, dtype=torch.float32).to(dev) for p in prefixes]
+        pmax = max(r.shape[0] for r in rows)
+        x = torch.zeros(len(rows), pmax + 1, c.model_dim, dtype=torch.float32, device=dev)
+        valid = torch.zeros(len(rows), pmax + 1, dtype=torch.bool, device=dev)
+        start = torch.tensor([c.start_mel_token], device=dev)
+        start_emb = self.uv.mel_input_embedding(start[None], torch.zeros_like(start)[None])[0, 0].float()
+        for i, r in enumerate(rows):
+            x[i, pmax - r.shape[0] : pmax] = r
+            valid[i, pmax - r.shape[0] :] = True
+        x[:, pmax] = start_emb
+        return x.to(self.dtype), valid
+
+    def _prefill(self, prefixes: Sequence[PrefixLike], extra: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """Prefill rows [0, n); returns (logits (n, V) f32, hidden at the start token (n, D) f32, next col)."""
+        x, valid = self._prefix_batch(prefixes)
+        n, t = valid.shape
+        if n > self.max_rows:
+            raise ValueError(f"{n} rows exceed this decoder's {self.max_rows}")
+        cache = self.ensure_cache(t + extra)
+        cache.reset()
+        cache.valid[:n, :t] = valid
+        cols = torch.arange(t, device=self.device)
+        logits, hidden = trunk_cached(self.uv, x, cache, cols, t)
+        return logits.float(), hidden[:, -1].float(), t
+
+    def _decode_body(self, b: int, kv: int) -> None:
+        uv = self.uv
+        x = uv.mel_embedding(self.tok_buf[:b])[:, None] + uv.mel_pos_embedding.emb(self.pos_buf)[None]
+        assert self.cache is not None
+        self.cache.valid[:b].index_fill_(1, self.col_buf, True)
+        logits, hidden = trunk_cached(uv, x, self.cache, self.col_buf, kv)
+        self.logits_buf[:b].copy_(logits.float())
+        self.hidden_buf[:b].copy_(hidden[:, -1].float())
+
+    def decode_step(self, tokens: torch.Tensor, col: int, mel_pos: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Feed tokens (rows,) at cache column `col` and mel position `mel_pos`; rows [0, rows) of the cache.
+        Returns views (logits (rows, V), hidden (rows, D)) of the static output buffers."""
+        assert self.cache is not None
+        rows = int(tokens.shape[0])
+        b = bucket(rows, self.buckets)
+        kv = round_up(col + 1, self.settings.length_step, self.cache.length)
+        self.tok_buf[:rows].copy_(tokens)
+        self.col_buf.fill_(col)
+        self.pos_buf.fill_(mel_pos)
+        self.graphs.run(("decode", b, kv), lambda: self._decode_body(b, kv))
+        return self.logits_buf[:rows], self.hidden_buf[:rows]
+
+    # ------------------------------------------------------------------------------- generation
+
+    @torch.inference_mode()
+    def generate(
+        self,
+        prefixes: Sequence[PrefixLike],
+        params: Sequence[SamplingParams],
+        seeds: Sequence[int | np.random.Generator],
+        *,
+        noise: str = "device",
+        ignore_stop: bool = False,
+        prefix_ids: Sequence[int] | None = None,
+    ) -> list[Decoded]:
+        """Codes per line. seeds: an int per line (device noise), or the line's numpy Generator (with
+        noise="numpy" its stream is used as the numpy runtime uses it; with "device" one int is drawn from
+        it as the line's seed). Lines are grouped by (num_beams, do_sample) and decoded group by group,
+        `max_lines` at a time. ignore_stop (timing only): the stop token is never picked."""
+        if not (len(prefixes) == len(params) == len(seeds)):
+            raise ValueError("one params and one seed per prefix")
+        for p in params:
+            if p.max_tokens > self.max_codes:
+                raise ValueError(f"max_tokens {p.max_tokens} exceeds the model's {self.max_codes} mel positions")
+            if p.num_beams > self.settings.max_beams:
+                raise ValueError(f"{p.num_beams} beams; this decoder was sized for {self.settings.max_beams}")
+        out: list[Decoded | None] = [None] * len(prefixes)
+        groups: dict[tuple[int, bool], list[int]] = {}
+        for i, p in enumerate(params):
+            groups.setdefault((p.num_beams, p.do_sample), []).append(i)
+        for idx in groups.values():
+            for s in range(0, len(idx), self.settings.max_lines):
+                part = idx[s : s + self.settings.max_lines]
+                res = self._generate_group(
+                    [prefixes[i] for i in part],
+                    [params[i] for i in part],
+                    [seeds[i] for i in part],
+                    noise,
+                    ignore_stop,
+                    prefix_ids,
+                )
+                for i, r in zip(part, res, strict=True):
+                    out[i] = r
+        return [r for r in out if r is not None]
+
+    def _noise(self, seeds: Sequence[int | np.random.Generator], noise: str) -> NoiseSource:
+        if noise == "numpy":
+            gens = [s if isinstance(s, np.random.Generator) else np.random.default_rng(s) for s in seeds]
+            return NumpyNoise(gens)
+        if noise != "device":
+            raise ValueError(f"noise must be 'device' or 'numpy', got {noise!r}")
+        ints = [int(s.integers(0, 2**63 - 1)) if isinstance(s, np.random.Generator) else int(s) for s in seeds]
+        return DeviceNoise(ints, self.device)
+
+    def _generate_group(
+        self,
+        prefixes: Sequence[PrefixLike],
+        params: Sequence[SamplingParams],
+        seeds: Sequence[int | np.random.Generator],
+        noise: str,
+        ignore_stop: bool,
+        prefix_ids: Sequence[int] | None,
+    ) -> list[Decoded]:
+        c = self.cfg
+        kw = {} if prefix_ids is None else {"prefix_ids": prefix_ids}
+        sampler = BatchSampler(
+            params,
+            self._noise(seeds, noise),
+            vocab=c.number_mel_codes,
+            device=self.device,
+            ignore_stop=ignore_stop,
+            **kw,
+        )
+        longest = max(p.max_tokens for p in params)
+        logits, _, col = self._prefill(prefixes, longest + 1)
+        nb = sampler.nb
+        if nb > 1:  # every beam of a line starts from the line's prefill row
+            src = torch.arange(len(prefixes), device=self.device).repeat_interleave(nb)
+            self.cache.select_rows(src, col)  # type: ignore[union-attr]
+            logits = logits.index_select(0, src)
+        sync_every = 1 if noise == "numpy" else self.settings.sync_every
+        step = 0
+        while True:
+            out = sampler.step(logits)
+            tokens = out.tokens
+            if out.rows is not None and not sampler.finished:
+                self.cache.select_rows(out.rows, col)  # type: ignore[union-attr]
+            if nb == 1 and (sampler.step_no % sync_every == 0 or sampler.step_no >= longest):
+                s = sampler.sync()
+                if s is not None and not sampler.finished:
+                    self.cache.select_rows(s.rows, col)  # type: ignore[union-attr]
+                    tokens = tokens.index_select(0, s.rows)  # type: ignore[arg-type]
+            if sampler.finished:
+                break
+            # the code generated at `step` is fed at mel position step + 2 (the original's quirk)
+            logits, _ = self.decode_step(tokens, col, step + 2)
+            col += 1
+            step += 1
+        return sampler.decoded()
+
+    # ------------------------------------------------------------------------------- teacher forcing
+
+    @torch.inference_mode()
+    def forced(self, prefix: PrefixLike, codes: np.ndarray | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Stage 3.5 on the decode path (static cache, graphs on CUDA): logits (n+1, V) and hidden (n+1, D)
+        of [prefix, start@0, c_0@2 .. c_{k-1}@k+1] for k = 0..n, float32."""
+        codes_t = torch.as_tensor(np.asarray(codes, np.int64)).to(self.device)
+        logits, hidden, col = self._prefill([prefix], int(codes_t.shape[0]) + 1)
+        all_logits, all_hidden = [logits[0].clone()], [hidden[0].clone()]
+        for k in range(codes_t.shape[0]):
+            lg, hd = self.decode_step(codes_t[k : k + 1], col, k + 2)
+            all_logits.append(lg[0].clone())
+            all_hidden.append(hd[0].clone())
+            col += 1
+        return torch.stack(all_logits), torch.stack(all_hidden)
+
+    # ------------------------------------------------------------------------------- latent pass
+
+    @torch.inference_mode()
+    def latents(
+        self, prefixes: Sequence[PrefixLike], codes: Sequence[np.ndarray | torch.Tensor]
+    ) -> list[torch.Tensor]:
+        """Stage 3.7, batched: (n_i, D) float32 per line (see the module docstring)."""
+        c, dev = self.cfg, self.device
+        seqs = []
+        for p, cd in zip(prefixes, codes, strict=True):
+            ids = torch.as_tensor(np.asarray(cd, np.int64).reshape(-1)).to(dev)
+            if ids.numel() + 2 > c.mel_pos_rows:
+                raise ValueError(f"{ids.numel()} codes exceed the model's mel positions")
+            mel_ids = torch.cat([ids.new_tensor([c.start_mel_token]), ids, ids.new_tensor([c.stop_mel_token])])
+            pos = torch.arange(mel_ids.numel(), device=dev)
+            mel = self.uv.mel_input_embedding(mel_ids[None], pos[None])[0].to(self.dtype)
+            seqs.append(torch.cat([torch.as_tensor(p, dtype=torch.float32).to(dev).to(self.dtype), mel], 0))
+        if not seqs:
+            return []
+        tmax = max(s.shape[0] for s in seqs)
+        x = torch.zeros(len(seqs), tmax, c.model_dim, dtype=self.dtype, device=dev)
+        valid = torch.zeros(len(seqs), tmax, dtype=torch.bool, device=dev)
+        for i, s in enumerate(seqs):
+            x[i, tmax - s.shape[0] :] = s
+            valid[i, tmax - s.shape[0] :] = True
+        hidden = trunk_full(self.uv, x, valid)
+        out = []
+        for i, cd in enumerate(codes):
+            n = int(np.asarray(cd).size)
+            out.append(hidden[i, tmax - n - 2 : tmax - 2].float())
+        return out
