@@ -35,3 +35,20 @@ def parity_checkpoint(parity_case: ParityCase) -> Path:
     if not HAS_TORCH:
         pytest.skip("torch is not installed (the `build` extra); it is needed to regenerate the checkpoint")
     return checkpoint_for(parity_case.weight_seed)
+
+
+def _has_cuda() -> bool:
+    if not HAS_TORCH:
+        return False
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # GPU tests run only where a CUDA device is visible; elsewhere they are skipped with the reason.
+    if any(item.get_closest_marker("gpu") for item in items) and not _has_cuda():
+        skip = pytest.mark.skip(reason="needs an NVIDIA GPU with CUDA (none visible to torch here)")
+        for item in items:
+            if item.get_closest_marker("gpu"):
+                item.add_marker(skip)
