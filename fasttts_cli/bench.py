@@ -211,7 +211,7 @@ def build_random_engine(work: Path, preset: str, seed: int = 0) -> dict[str, Any
     size = sum(p.stat().st_size for p in ckpt.rglob("*") if p.is_file())
     t_build, eng = _timed(lambda: build_engine(ckpt, preset, work / "engine", overwrite=True))
     esize = sum(p.stat().st_size for p in eng.rglob("*") if p.is_file())
-    return {
+    info = {
         "checkpoint": str(ckpt),
         "engine": str(eng),
         "checkpoint_gb": round(size / 1e9, 2),
@@ -220,6 +220,8 @@ def build_random_engine(work: Path, preset: str, seed: int = 0) -> dict[str, Any
         "load_and_export_s": round(t_build, 1),
         "peak_rss_mb": round(_peak_rss_mb()),
     }
+    (work / "build.json").write_text(json.dumps(info), encoding="utf-8")
+    return info
 
 
 # --------------------------------------------------------------------------------------------- ours
@@ -230,8 +232,7 @@ def _random_text(rng: np.random.Generator, n: int, vocab: int) -> list[int]:
 
 
 def bench_ours(opts: BenchOptions, engine_dir: Path, voice: Path) -> dict[str, Any]:
-    from fasttts_cli.indextts2.engine import IndexTTS2Engine, noise_generator, segment_seed_generator
-    from fasttts_cli.indextts2.sampling import SamplingParams
+    from fasttts_cli.indextts2.engine import IndexTTS2Engine
 
     e = IndexTTS2Engine.load(engine_dir, opts.preset, opts.threads)
     t_open, _ = _timed(e.open_all)
@@ -246,50 +247,53 @@ def bench_ours(opts: BenchOptions, engine_dir: Path, voice: Path) -> dict[str, A
     n = min(opts.tokens, e.max_codes)
     out: dict[str, Any] = {"load_s": t_open, "voice_prep_s": t_voice, "tokens": n, "batches": {}}
     for b in opts.batches:
-        pre = prefixes[:b]
-        row: dict[str, Any] = {"ms_per_token": {}, "generate_s": {}}
-        for k in opts.beams:
-            p1 = SamplingParams(num_beams=k, max_tokens=1, stop_token=e.tokens.stop_mel)
-            pn = replace(p1, max_tokens=n)
-            t1, _ = _timed(
-                lambda p1=p1: e.generate(
-                    pre, p1, [segment_seed_generator(i, 0) for i in range(b)], ignore_stop=True
-                )
-            )
-            tn, dec = _timed(
-                lambda pn=pn: e.generate(
-                    pre, pn, [segment_seed_generator(i, 0) for i in range(b)], ignore_stop=True
-                )
-            )
-            row["prefill_s"] = min(row.get("prefill_s", t1), t1)  # prefill (+ one sampling step)
-            row["ms_per_token"][k] = 1000 * (tn - t1) / max(1, n - 1)
-            row["generate_s"][k] = tn
-        codes = [d.codes for d in dec]
-        t_lat, lat = _timed(lambda: e.latent(pre, codes))
-        t_content, (cnd, ylens) = _timed(lambda: e.s2mel_content(lat, codes))
-        inp = e.cfm_inputs([cond] * b, cnd, ylens)
-        t_len = int(inp.x_lens.max())
-        z = np.stack([e.cfm_noise(noise_generator(i, 0), t_len) for i in range(b)])
-        t_cfm, x = _timed(lambda: e.cfm(inp, z, opts.s2mel_steps_timed, e.preset.s2mel.cfg_rate))
-        mels = [x[i, :, int(inp.prompt_lens[i]) : int(inp.x_lens[i])] for i in range(b)]
-        t_voc, wavs = _timed(lambda: e.vocode(mels))
-        step_s = t_cfm / opts.s2mel_steps_timed
-        audio_s = sum(w.size for w in wavs) / SR_OUT
-        row.update(
-            latent_s=t_lat,
-            s2mel_content_s=t_content,
-            s2mel_step_s=step_s,
-            s2mel_s=t_content + steps * step_s,
-            cfm_frames=t_len,
-            vocoder_s=t_voc,
-            audio_s=audio_s,
-        )
-        _totals(row, opts.beams, b, steps)
-        out["batches"][b] = row
+        out["batches"][b] = _bench_batch(e, opts, cond, prefixes[:b], n, steps)
     out["s2mel_steps"] = steps
     out["peak_rss_mb"] = _peak_rss_mb()
     e.close()
     return out
+
+
+def _bench_batch(
+    e: Any, opts: BenchOptions, cond: Any, pre: list[np.ndarray], n: int, steps: int
+) -> dict[str, Any]:
+    """One batch of len(pre) lines through every stage of our runtime."""
+    from fasttts_cli.indextts2.engine import noise_generator, segment_seed_generator
+    from fasttts_cli.indextts2.sampling import SamplingParams
+
+    b = len(pre)
+    row: dict[str, Any] = {"ms_per_token": {}, "generate_s": {}}
+    for k in opts.beams:
+        p1 = SamplingParams(num_beams=k, max_tokens=1, stop_token=e.tokens.stop_mel)
+        gens = [segment_seed_generator(i, 0) for i in range(b)]
+        t1, _ = _timed(lambda p=p1, g=gens: e.generate(pre, p, g, ignore_stop=True))
+        gens = [segment_seed_generator(i, 0) for i in range(b)]
+        pn = replace(p1, max_tokens=n)
+        tn, dec = _timed(lambda p=pn, g=gens: e.generate(pre, p, g, ignore_stop=True))
+        row["prefill_s"] = min(row.get("prefill_s", t1), t1)  # prefill (+ one sampling step)
+        row["ms_per_token"][k] = 1000 * (tn - t1) / max(1, n - 1)
+        row["generate_s"][k] = tn
+    codes = [d.codes for d in dec]
+    t_lat, lat = _timed(lambda: e.latent(pre, codes))
+    t_content, (cnd, ylens) = _timed(lambda: e.s2mel_content(lat, codes))
+    inp = e.cfm_inputs([cond] * b, cnd, ylens)
+    t_len = int(inp.x_lens.max())
+    z = np.stack([e.cfm_noise(noise_generator(i, 0), t_len) for i in range(b)])
+    t_cfm, x = _timed(lambda: e.cfm(inp, z, opts.s2mel_steps_timed, e.preset.s2mel.cfg_rate))
+    mels = [x[i, :, int(inp.prompt_lens[i]) : int(inp.x_lens[i])] for i in range(b)]
+    t_voc, wavs = _timed(lambda: e.vocode(mels))
+    step_s = t_cfm / opts.s2mel_steps_timed
+    row.update(
+        latent_s=t_lat,
+        s2mel_content_s=t_content,
+        s2mel_step_s=step_s,
+        s2mel_s=t_content + steps * step_s,
+        cfm_frames=t_len,
+        vocoder_s=t_voc,
+        audio_s=sum(w.size for w in wavs) / SR_OUT,
+    )
+    _totals(row, opts.beams, b, steps)
+    return row
 
 
 def _totals(row: dict[str, Any], beams: Sequence[int], lines: int, steps: int) -> None:
@@ -385,7 +389,7 @@ def bench_eager(
         vq = m.codec.vq2emb(codes_t)
         return s2.content(latent, vq, lens)
 
-    t_content, (cond, ylens) = _timed(content)
+    t_content, (cond, _) = _timed(content)
     cat = torch.cat([prompt, cond], dim=1)
     t_len = cat.shape[1]
     z = torch.randn(1, 80, t_len, generator=torch.Generator().manual_seed(opts.seed))
@@ -431,8 +435,13 @@ def run_bench(opts: BenchOptions, progress: Callable[[str], None] | None = None)
         }
         engine_dir, checkpoint = opts.engine, opts.checkpoint
         if opts.random_weights:
-            say("writing a full-size random checkpoint and building its engine (child process)")
-            result["build"] = _build_in_child(work, opts.preset, opts.seed)
+            done = work / "build.json"
+            if opts.work_dir and done.is_file() and (work / "engine" / "manifest.json").is_file():
+                say(f"reusing the random checkpoint and engine in {work}")
+                result["build"] = {**json.loads(done.read_text(encoding="utf-8")), "reused": True}
+            else:
+                say("writing a full-size random checkpoint and building its engine (child process)")
+                result["build"] = _build_in_child(work, opts.preset, opts.seed)
             engine_dir, checkpoint = Path(result["build"]["engine"]), Path(result["build"]["checkpoint"])
         assert engine_dir is not None
         voice = write_bench_voice(work / "bench-voice.wav", opts.ref_seconds)
@@ -534,8 +543,9 @@ def format_table(result: dict[str, Any]) -> str:
     if "build" in result:
         b = result["build"]
         lines.append(
-            f"random checkpoint {b['checkpoint_gb']} GB written in {b['write_checkpoint_s']} s; load + export "
-            f"{b['load_and_export_s']} s (engine {b['engine_gb']} GB), build peak RSS {b['peak_rss_mb']} MB"
+            f"random checkpoint {b['checkpoint_gb']} GB written in {b['write_checkpoint_s']} s; "
+            f"load + export {b['load_and_export_s']} s (engine {b['engine_gb']} GB), "
+            f"build peak RSS {b['peak_rss_mb']} MB"
         )
     return "\n".join(lines)
 
@@ -548,3 +558,54 @@ def _json_default(o: Any) -> Any:
 
 def to_json(result: dict[str, Any]) -> str:
     return json.dumps(result, indent=2, default=_json_default)
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise UsageError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m fasttts_cli.bench ...` (the same options as `fasttts bench`)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="fasttts bench", description=__doc__.split("\n")[0])
+    ap.add_argument("--engine", type=Path)
+    ap.add_argument("--checkpoint", type=Path, help="the engine's checkpoint, for the eager side")
+    ap.add_argument("--random-weights", action="store_true")
+    ap.add_argument("--preset", default="cpu-fp32")
+    ap.add_argument("--tokens", type=int, default=100)
+    ap.add_argument("--batch", default="1,4,8")
+    ap.add_argument("--beams", default="1,3")
+    ap.add_argument("--text-tokens", type=int, default=24)
+    ap.add_argument("--ref-seconds", type=float, default=4.0)
+    ap.add_argument("--steps-timed", type=int, default=2)
+    ap.add_argument("--threads", type=int)
+    ap.add_argument("--no-eager", action="store_true")
+    ap.add_argument("--work-dir", type=Path)
+    ap.add_argument("--json", action="store_true", help="print the JSON result instead of the table")
+    a = ap.parse_args(argv)
+    opts = BenchOptions(
+        engine=a.engine,
+        checkpoint=a.checkpoint,
+        random_weights=a.random_weights,
+        preset=a.preset,
+        tokens=a.tokens,
+        batches=_ints(a.batch),
+        beams=_ints(a.beams),
+        text_tokens=a.text_tokens,
+        ref_seconds=a.ref_seconds,
+        s2mel_steps_timed=a.steps_timed,
+        eager=not a.no_eager,
+        threads=a.threads,
+        work_dir=a.work_dir,
+    )
+    result = run_bench(opts, progress=lambda m: print(m, file=sys.stderr, flush=True))
+    print(to_json(result) if a.json else format_table(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -71,11 +71,32 @@ def line_key(text: str, voice_key: str, identity: str, params: Mapping[str, Any]
 # ---- atomic writes -------------------------------------------------------------------------------
 
 
+def _umask() -> int:
+    """The process umask. Read from /proc where possible: setting it to read it back is a (brief) race with
+    other threads creating files."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def default_file_mode() -> int:
+    """The mode open() gives a new file (0o666 less the umask: 0o644 typically)."""
+    return 0o666 & ~_umask()
+
+
 def atomic_write(path: Path, write: Callable[[Any], None], *, mode: str = "wb") -> Path:
-    """Write through `write(fileobj)` to a temp file next to `path`, fsync, then rename over it."""
+    """Write through `write(fileobj)` to a temp file next to `path`, fsync, then rename over it.
+
+    The file gets the mode a plain open() would give it: mkstemp creates 0600 files, which would leave
+    report.json, plan.json and the subtitles unreadable to other users."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, default_file_mode())
         with os.fdopen(fd, mode, **({"encoding": "utf-8"} if "b" not in mode else {})) as f:
             write(f)
             f.flush()
@@ -137,6 +158,19 @@ class LineCache:
         if audio.dtype != np.float32 or audio.ndim != 1 or meta.get("n_samples") != len(audio):
             return None
         return CachedLine(key, audio, int(meta["sample_rate"]), meta)
+
+    def meta(self, key: str) -> dict[str, Any] | None:
+        """An entry's meta (sample_rate, n_samples, retries, ...) without its audio; None on a miss."""
+        npy, meta_p = self._paths(key)
+        if not (meta_p.is_file() and npy.is_file()):
+            return None
+        try:
+            meta = json.loads(meta_p.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if not isinstance(meta, dict) or not {"sample_rate", "n_samples"} <= set(meta):
+            return None
+        return meta
 
     def put(self, key: str, audio: np.ndarray, sample_rate: int, meta: Mapping[str, Any]) -> CachedLine:
         audio = np.ascontiguousarray(audio, dtype=np.float32).reshape(-1)

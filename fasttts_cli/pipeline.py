@@ -10,11 +10,12 @@ field of `DubOptions`, so tests and other programs drive the same code without a
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,9 @@ OVERFLOW_POLICIES = ("shift", "overlap", "truncate", "fail")
 VIDEO_EXTS = (".mp4", ".mkv", ".mov", ".m4v", ".webm")
 AUDIO_EXTS = (".wav", ".flac", ".m4a", ".mp3", ".opus")
 UNTIMED_PAUSE = 0.5  # seconds between lines of untimed input (plain text)
+# Frames per block in the assembly (timeline, mix, loudness passes): bounds memory on long inputs; a
+# programme shorter than this is one block. Tests lower it to exercise block edges.
+ASSEMBLY_BLOCK = 1 << 19
 
 
 # ---- options and results -------------------------------------------------------------------------
@@ -306,7 +310,9 @@ class _LineState:
     seed: int = 0
     key: str = ""
     cached: bool = False
-    audio: np.ndarray | None = None  # at the engine rate until resampled
+    # The audio itself stays in the line cache (read back when the line is placed): holding every line of a
+    # feature in memory is what long inputs cannot afford.
+    n_samples: int | None = None  # at the engine rate; None: no audio (failed line)
     sample_rate: int = 0
     retries: int = 0
     error: str | None = None
@@ -528,12 +534,12 @@ def _synthesize_all(
         ) from None
 
     for i, st in states.items():
-        if st.error is None and st.audio is None:
-            hit = cache.get(st.key)
-            if hit is None:
+        if st.error is None and st.n_samples is None:
+            meta = cache.meta(st.key)
+            if meta is None:
                 raise FastTTSError(f"line {i}: cache entry {st.key[:12]} vanished from {paths.work_dir}")
-            st.audio, st.sample_rate = hit.audio, hit.sample_rate
-            st.retries, st.n_tokens = int(hit.meta.get("retries", 0)), hit.meta.get("n_tokens")
+            st.n_samples, st.sample_rate = int(meta["n_samples"]), int(meta["sample_rate"])
+            st.retries, st.n_tokens = int(meta.get("retries", 0)), meta.get("n_tokens")
             st.cached = i not in todo
     return states, todo
 
@@ -570,14 +576,14 @@ def _synthesize(
                         "hit_token_limit": res.hit_token_limit,
                     }
                     hit = cache.put(st.key, res.audio, res.sample_rate, meta)
-                    st.audio, st.sample_rate, st.n_tokens = hit.audio, hit.sample_rate, res.n_tokens
+                    st.n_samples, st.sample_rate, st.n_tokens = len(hit.audio), hit.sample_rate, res.n_tokens
                     audio_s += hit.duration
                 else:
                     st.error = problem or "no audio"
             share = dt / max(1, len(ids))
             for i in ids:
                 st = states[i]
-                dur = None if st.audio is None else len(st.audio) / st.sample_rate
+                dur = None if st.n_samples is None else st.n_samples / st.sample_rate
                 rtf = (share / dur) if dur else None
                 rep.line_done(i, cached=False, duration=dur, rtf=rtf, retries=st.retries, error=st.error)
             rep.batch_done(bno, len(ids), dt, audio_s)
@@ -640,23 +646,30 @@ def _assemble(
     synth: Synthesizer,
     todo: list[int],
 ) -> DubResult:
-    from fasttts_cli.audio import resample
-    from fasttts_cli.loudness import level_line, normalize_report
-    from fasttts_cli.tempo import change_tempo, trim_to
+    """Timeline, mix, loudness and output with memory bounded by the block size, whatever the length.
+
+    Each line's audio is read from the cache when it is placed; the timeline and the mix live in
+    disk-backed arrays in the work dir (temporary names, removed at the end); the original or background
+    is decoded block by block; loudness is measured, normalized and written to dub.wav in passes of
+    `ASSEMBLY_BLOCK` frames. A short programme is one block, so it takes the same path."""
+    from fasttts_cli.blockio import AudioFileWriter, DiskArray, export_audio
+    from fasttts_cli.loudness import normalize_stream
     from fasttts_cli.timing import SlotInput, layout_sequential, retime_cues, solve_timing
 
+    block = ASSEMBLY_BLOCK
+    cache = LineCache(paths.work_dir / "lines")
     with rep.stage("audio"):
-        clips: dict[int, np.ndarray] = {}
-        for i, st in states.items():
-            if st.audio is None:
-                continue
-            x = resample(st.audio, st.sample_rate, SR) if st.sample_rate != SR else st.audio
-            clips[i] = level_line(np.asarray(x, dtype=np.float32), SR, target_lufs=o.loudness)
+        # Lengths only: soxr's output is round(n * SR / rate) samples, and leveling keeps the length.
+        lengths = {
+            i: (st.n_samples if st.sample_rate == SR else round(st.n_samples * SR / st.sample_rate))
+            for i, st in states.items()
+            if st.n_samples is not None
+        }
 
     with rep.stage("timing"):
         topts = _timing_options(o)
-        order = [ln.index for ln in plan.lines if ln.index in clips]
-        durations = {i: len(clips[i]) / SR for i in order}
+        order = [ln.index for ln in plan.lines if ln.index in lengths]
+        durations = {i: lengths[i] / SR for i in order}
         if job.untimed:
             slots = layout_sequential([(i, durations[i]) for i in order], pause=UNTIMED_PAUSE)
         else:
@@ -664,35 +677,35 @@ def _assemble(
         media_end = job.media.duration if job.media is not None and job.media.duration > 0 else None
         timings = {t.index: t for t in solve_timing(slots, topts, media_end=media_end)}
 
-    with rep.stage("tempo"):
-        placed: list[tuple[float, np.ndarray]] = []
-        for i, t in timings.items():
-            y = clips[i]
-            if abs(t.factor - 1.0) > 1e-6:
-                y = change_tempo(y, SR, t.factor)
-            if t.truncated:
-                y = trim_to(y, SR, t.end - t.start)
-            placed.append((t.start, y))
-        last_end = max((t.end for t in timings.values()), default=0.0)
-        if media_end is not None:
-            duration = media_end
-            if last_end > media_end + 1e-3:
-                rep.warn(
-                    f"the dub runs {last_end - media_end:.2f} s past the end of {o.video}; the tail is cut"
-                )
-        else:
-            duration = last_end + 0.5
-        dub = _render_timeline(placed, duration)
+    # Scratch arrays (timeline, mix) and open decoders are released when this block ends, error or not.
+    with contextlib.ExitStack() as scratch:
+        with rep.stage("tempo"):
+            last_end = max((t.end for t in timings.values()), default=0.0)
+            if media_end is not None:
+                duration = media_end
+                if last_end > media_end + 1e-3:
+                    over = last_end - media_end
+                    rep.warn(f"the dub runs {over:.2f} s past the end of {o.video}; the tail is cut")
+            else:
+                duration = last_end + 0.5
+            timeline = scratch.enter_context(DiskArray(paths.work_dir, 1, prefix=".timeline-"))
+            _render_timeline(timeline, _placed_lines(o, cache, states, timings), duration)
 
-    with rep.stage("mix"):
-        mixed, keep_original, dub_layout = _mix(o, rep, dub, job.media)
-
-    with rep.stage("loudness"):
-        mixed, norm = normalize_report(mixed, SR, target_lufs=o.loudness, max_true_peak=o.true_peak)
-        if not norm.on_target:
-            rep.warn(
-                f"loudness {norm.output_lufs:.1f} LUFS misses the --loudness {o.loudness} target by > 0.5 LU"
+        with rep.stage("mix"):
+            mixed, keep_original, dub_layout = _mix(
+                o, rep, timeline, job.media, scratch, paths.work_dir, block
             )
+
+        with rep.stage("loudness"):
+            # The normalizer's last pass writes dub.wav itself: no copy of the programme in between.
+            with AudioFileWriter(paths.work_dir / "dub.wav", SR, mixed.channels) as wav:
+                norm = normalize_stream(mixed, SR, wav.write, o.loudness, o.true_peak, block=block)
+            dub_wav = wav.path
+            if not norm.on_target:
+                rep.warn(
+                    f"loudness {norm.output_lufs:.1f} LUFS misses the --loudness {o.loudness} target "
+                    "by > 0.5 LU"
+                )
 
     # Subtitles first: a soft-subtitle mux embeds them.
     with rep.stage("subtitles"):
@@ -703,7 +716,6 @@ def _assemble(
         atomic_write_text(paths.subtitles, format_srt(sorted(entries, key=lambda x: x[0])))
 
     with rep.stage("write"):
-        dub_wav = _write_audio(paths.work_dir / "dub.wav", mixed)
         if o.video is not None:
             from fasttts_cli.mux import mux
 
@@ -722,7 +734,7 @@ def _assemble(
             for n in notes:
                 rep.warn(n)
         else:
-            _write_audio(paths.media, mixed)
+            export_audio(dub_wav, paths.media, block=block)
 
     report = _report(o, plan, states, timings, todo, selection, synth, norm, rep)
     report_path = atomic_write_json(paths.work_dir / "report.json", report)
@@ -746,52 +758,95 @@ def _assemble(
     )
 
 
-def _render_timeline(placed: list[tuple[float, np.ndarray]], duration: float) -> np.ndarray:
-    from fasttts_cli.mix import render_timeline
+def _placed_lines(
+    o: DubOptions, cache: LineCache, states: dict[int, _LineState], timings: dict[int, Any]
+) -> Iterator[tuple[float, np.ndarray]]:
+    """Each timed line's audio, read from the cache, resampled once, leveled, tempo-changed and cut as its
+    timing says, one line at a time (a generator: only the line being placed is in memory)."""
+    from fasttts_cli.audio import resample
+    from fasttts_cli.loudness import level_line
+    from fasttts_cli.tempo import change_tempo, trim_to
 
-    return render_timeline(placed, duration, SR)
+    for i, t in timings.items():
+        st = states[i]
+        hit = cache.get(st.key)
+        if hit is None:
+            raise FastTTSError(f"line {i}: cache entry {st.key[:12]} vanished from {cache.root.parent}")
+        x = resample(hit.audio, hit.sample_rate, SR) if hit.sample_rate != SR else hit.audio
+        y = level_line(np.asarray(x, dtype=np.float32), SR, target_lufs=o.loudness)
+        if abs(t.factor - 1.0) > 1e-6:
+            y = change_tempo(y, SR, t.factor)
+        if t.truncated:
+            y = trim_to(y, SR, t.end - t.start)
+        yield t.start, y
 
 
-def _write_audio(path: Path, x: np.ndarray) -> Path:
-    from fasttts_cli.mux import write_audio
+def _render_timeline(target: Any, placed: Iterable[tuple[float, np.ndarray]], duration: float) -> int:
+    from fasttts_cli.mix import place_clips
 
-    return write_audio(path, x, SR)
-
-
-def _fit(x: np.ndarray, n: int) -> np.ndarray:
-    """(channels, m) -> (channels, n): cut or pad with silence."""
-    x = np.atleast_2d(np.asarray(x, dtype=np.float32))
-    if x.shape[1] >= n:
-        return x[:, :n]
-    return np.pad(x, ((0, 0), (0, n - x.shape[1])))
+    return place_clips(target, placed, duration, SR)
 
 
-def _mix(o: DubOptions, rep: Reporter, dub: np.ndarray, media: Any) -> tuple[np.ndarray, bool, str | None]:
-    """Apply --mix/--background. Returns the dub track, whether mux keeps the original track, and the
-    channel layout of the dub track (None: mono, nothing to relabel)."""
-    from fasttts_cli.audio import load_audio_channels
-    from fasttts_cli.mix import LAYOUTS, mix_tracks
+def _mix(
+    o: DubOptions,
+    rep: Reporter,
+    timeline: Any,
+    media: Any,
+    scratch: contextlib.ExitStack,
+    work: Path,
+    block: int,
+) -> tuple[Any, bool, str | None]:
+    """Apply --mix/--background block by block into a disk-backed array. Returns it, whether mux keeps the
+    original track, and the channel layout of the dub track (None: mono, nothing to relabel)."""
+    from fasttts_cli.audio import AudioReader
+    from fasttts_cli.blockio import DiskArray
+    from fasttts_cli.mix import LAYOUTS, check_mix, mix_blocks
 
     streams = media.audio_streams if media is not None else []
     mode = o.mix
     if mode in ("keep", "duck") and not streams:
         rep.warn(f"{o.video} has no audio track: --mix {mode} falls back to replace")
         mode = "replace"
-    background = _fit(load_audio_channels(o.background, SR), len(dub)) if o.background is not None else None
+    background = scratch.enter_context(AudioReader(o.background, SR)) if o.background is not None else None
     if mode == "replace" and background is None:
         # The dub alone: as many channels as the original so players treat both tracks alike.
         layout = streams[0].layout if streams and streams[0].layout in LAYOUTS else "mono"
     elif streams:
-        layout = streams[0].layout  # mix_tracks names the supported layouts if this is not one
+        layout = streams[0].layout  # check_mix names the supported layouts if this is not one
     else:
-        layout = "stereo" if background is not None and background.shape[0] == 2 else "mono"
-    original = None
-    if mode == "duck" and background is None:
-        original = _fit(load_audio_channels(o.video, SR), len(dub))
-    out = mix_tracks(dub, mode, original, layout, background, sr=SR)
-    if layout == "mono":
-        out = out[0]
+        layout = "stereo" if background is not None and background.channels == 2 else "mono"
+    bed: Any = None
+    what = ""
+    if background is not None:
+        bed, what = background, "the background stem"
+    elif mode == "duck":
+        assert o.video is not None
+        bed, what = scratch.enter_context(AudioReader(o.video, SR)), "the original audio"
+    nch = check_mix(mode, layout, has_original=bed is not None, has_background=background is not None)
+    n = timeline.n
+    out = scratch.enter_context(DiskArray(work, nch, n, prefix=".mix-"))
+    # The bed is cut or padded to the dub's length: the dub decides the programme's length.
+    blocks = mix_blocks(
+        lambda a, b: _mono_range(timeline, a, b),
+        n,
+        mode,
+        layout,
+        bed.read_exact if bed is not None else None,
+        bed_what=what,
+        sr=SR,
+        block=block,
+    )
+    for start, chunk in blocks:
+        out.write(start, chunk)
     return out, mode == "keep", (None if layout == "mono" else layout)
+
+
+def _mono_range(arr: Any, start: int, stop: int) -> np.ndarray:
+    """Samples [start, stop) of a mono disk array, silence outside it (what the ducking look-around reads)."""
+    part = arr.read(start, stop)[0]
+    lead = max(0, -start)
+    tail = (stop - start) - lead - part.size
+    return np.pad(part, (lead, tail)) if lead or tail else part
 
 
 def _report(

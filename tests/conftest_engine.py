@@ -48,20 +48,23 @@ def _build(ckpt: Path, out: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def tiny_engine_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    given = os.environ.get("FASTTTS_TEST_ENGINE")  # a prebuilt engine folder, for quick local runs
-    if given:
-        return Path(given)
+def tiny_checkpoint_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if not HAS_TORCH:
-        pytest.skip("torch (the `build` extra) is needed to build the tiny engine")
+        pytest.skip("torch (the `build` extra) is needed to write the tiny checkpoint")
     if not HAS_TINY:
         pytest.skip("fasttts_cli.build.tiny is not available")
     from fasttts_cli.build.tiny import write_tiny_checkpoint
 
-    root = tmp_path_factory.mktemp("tiny-engine")
-    ckpt = root / "ckpt"
-    write_tiny_checkpoint(ckpt)
-    return _build(ckpt, root / "engine")
+    return write_tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "ckpt")
+
+
+@pytest.fixture(scope="session")
+def tiny_engine_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    given = os.environ.get("FASTTTS_TEST_ENGINE")  # a prebuilt engine folder, for quick local runs
+    if given:
+        return Path(given)
+    ckpt = request.getfixturevalue("tiny_checkpoint_dir")
+    return _build(ckpt, tmp_path_factory.mktemp("tiny-engine") / "engine")
 
 
 @pytest.fixture(scope="session")
@@ -71,7 +74,7 @@ def voice_wav(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def voice_wav2(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_test_voice(tmp_path_factory.mktemp("voices2") / "other.wav", 2.6, 16000, 210.0, 1)
+    return write_test_voice(tmp_path_factory.mktemp("voices2") / "other.wav", 5.0, 16000, 210.0, 1)
 
 
 def parity_engine_for(case: ParityCase) -> Path:

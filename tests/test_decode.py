@@ -233,3 +233,17 @@ def test_max_tokens_cuts_line_and_rejects_too_many() -> None:
     assert r.codes.tolist() == [7] * 5 and not r.stopped
     with pytest.raises(ValueError, match="mel positions"):
         d.generate([np.zeros((2, 4), np.float32)], [LineDecoder(SamplingParams.greedy(39, 1.0))])
+
+
+@pytest.mark.parametrize("idx", [[0, 1, 2], [1, 0, 0], [2, 2, 1], [2, 0], [1]])
+def test_reorder_kv_rows(idx: list[int]) -> None:
+    rng = np.random.default_rng(0)
+    kv = [rng.normal(size=(3, 2, 4, 5)).astype(np.float32) for _ in range(4)]
+    want = [a[idx].copy() for a in kv]
+    mask = np.arange(3 * 6).reshape(3, 6)
+    frozen = [a.copy() for a in kv]
+    frozen[1].flags.writeable = False  # read-only buffers must take the copying path
+    for arrays in (kv, frozen):
+        got, m = dec._reorder(arrays, mask, np.asarray(idx))
+        assert all(np.array_equal(g, w) for g, w in zip(got, want, strict=True))
+        assert np.array_equal(m, mask[idx])

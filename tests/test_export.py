@@ -151,6 +151,11 @@ def test_parity_engine_components(
     t = V["spk_cond_emb"].shape[1]
     out = run("w2v_bert", input_features=V["w2v_input_features"], attention_mask=V["w2v_attention_mask"])
     assert rel(out["spk_cond_emb"], V["spk_cond_emb"]) < 1e-4
+    if "w2v_emo_input_features" in V:
+        out = run(
+            "w2v_bert", input_features=V["w2v_emo_input_features"], attention_mask=V["w2v_emo_attention_mask"]
+        )
+        assert rel(out["spk_cond_emb"], V["emo_cond_emb"]) < 1e-4
     out = run("codec_quantize", features=V["spk_cond_emb"], mask=np.ones((1, t), np.int64))
     assert np.array_equal(out["indices"], V["codec_ref_indices"])
     assert rel(out["quantized"], V["codec_S_ref"]) < 1e-4
@@ -178,7 +183,7 @@ def test_parity_engine_components(
     total = mu.shape[1]
     prompt = np.zeros((1, 80, total), np.float32)
     prompt[..., :tm] = V["refmel"]
-    for k in (0, 12, 24):
+    for k in (0, 12, 24) if "cfm_step_x" in V else ():  # a delta set may leave the CFM trace out
         out = run(
             "dit_cfg_step",
             x=V["cfm_step_x"][k][None],
@@ -191,5 +196,6 @@ def test_parity_engine_components(
         )
         want = 1.7 * V["cfm_step_v"][k, 0] - 0.7 * V["cfm_step_v"][k, 1]
         assert rel(out["v"][0], want) < 1e-4, k
-    out = run("bigvgan", mel=V["cfm_mel"], lengths=i64(V["cfm_mel"].shape[-1]))
-    assert rel(out["wav"], V["bigvgan_wav"][:, 0]) < 1e-4
+    if "cfm_mel" in V and "bigvgan_wav" in V:
+        out = run("bigvgan", mel=V["cfm_mel"], lengths=i64(V["cfm_mel"].shape[-1]))
+        assert rel(out["wav"], V["bigvgan_wav"][:, 0]) < 1e-4

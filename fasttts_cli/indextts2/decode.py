@@ -228,9 +228,7 @@ class GPTDecoder:
             if not active:
                 break
             idx = np.concatenate(index)
-            if not (idx.size == mask.shape[0] and np.array_equal(idx, np.arange(idx.size))):
-                kv = [a[idx] for a in kv]
-                mask = mask[idx]
+            kv, mask = _reorder(kv, mask, idx)
             # the code generated at `step` is fed at mel position step + 2 (the original's quirk)
             tok = np.concatenate(tokens)
             x = self.emb.mel(tok, np.full(tok.shape, step + 2))[:, None, :]
@@ -286,3 +284,22 @@ class GPTDecoder:
             n = int(np.asarray(c).size)
             out.append(hidden[i, tmax - n - 2 : tmax - 2].copy())
         return out
+
+
+def _reorder(kv: KV, mask: np.ndarray, idx: np.ndarray) -> tuple[KV, np.ndarray]:
+    """Rows of the cache for the next step: row r takes old row idx[r].
+
+    The cache is the largest thing on the host, so avoid copying it: nothing when idx is the identity,
+    only the changed rows (in place) when no row leaves, a full gather only when lines finish.
+    """
+    rows = mask.shape[0]
+    if idx.size == rows:
+        changed = np.flatnonzero(idx != np.arange(rows))
+        if changed.size == 0:
+            return kv, mask
+        if all(a.flags.writeable for a in kv):
+            src = idx[changed]
+            for a in kv:
+                a[changed] = a[src]  # the right side is gathered into a new array first
+            return kv, mask[idx]
+    return [a[idx] for a in kv], mask[idx]

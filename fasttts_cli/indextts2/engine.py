@@ -20,7 +20,7 @@ so each can be compared with the original implementation on its own (stage numbe
     cfm                                  4.4         Euler CFM with batched CFG, start noise injected
     vocode                               5           wavs, cropped per row
 
-Composite helpers (`features`, `voice_conditioning`, `synthesize_codes`) chain them for the synthesizer.
+Composite helpers (`features`, `voice_conditioning`, `codes_to_wavs`) chain them for the synthesizer.
 """
 
 from __future__ import annotations

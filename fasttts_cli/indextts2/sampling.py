@@ -92,10 +92,10 @@ def history_mask(histories: Sequence[Iterable[int]], vocab: int) -> np.ndarray:
 
 
 def log_softmax(x: np.ndarray) -> np.ndarray:
-    x64 = x.astype(np.float64)
-    m = np.max(x64, axis=-1, keepdims=True)
-    out = x64 - m - np.log(np.sum(np.exp(x64 - m), axis=-1, keepdims=True))
-    return out.astype(np.float32)
+    """float32, like torch's log_softmax on float32 logits."""
+    x = np.asarray(x, dtype=np.float32)
+    shifted = x - np.max(x, axis=-1, keepdims=True)
+    return shifted - np.log(np.sum(np.exp(shifted), axis=-1, keepdims=True))
 
 
 def softmax(x: np.ndarray) -> np.ndarray:
@@ -110,8 +110,10 @@ def apply_repetition_penalty(scores: np.ndarray, seen: np.ndarray, penalty: floa
     """HF RepetitionPenaltyLogitsProcessor: seen ids get score*p if negative, score/p otherwise."""
     if penalty == 1.0:
         return scores
-    pen = np.where(scores < 0, scores * np.float32(penalty), scores / np.float32(penalty))
-    return np.where(seen, pen, scores).astype(np.float32)
+    out = np.array(scores, dtype=np.float32, copy=True)
+    s = out[seen]
+    out[seen] = np.where(s < 0, s * np.float32(penalty), s / np.float32(penalty))
+    return out
 
 
 def apply_temperature(scores: np.ndarray, temperature: float) -> np.ndarray:
@@ -130,17 +132,24 @@ def apply_top_k(scores: np.ndarray, top_k: int, min_tokens_to_keep: int = 1) -> 
 
 
 def apply_top_p(scores: np.ndarray, top_p: float, min_tokens_to_keep: int = 1) -> np.ndarray:
-    """HF TopPLogitsWarper: sort ascending, drop the low tail whose cumulative probability <= 1 - p."""
+    """HF TopPLogitsWarper: sort ascending, drop the low tail whose cumulative probability <= 1 - p.
+
+    Works on each row's finite entries only: -inf entries have probability 0, sort first and would be
+    dropped anyway, so the result equals the full-vocabulary computation (after top-k that is ~k entries
+    instead of the whole vocabulary).
+    """
     if top_p >= 1.0:
         return scores
-    order = np.argsort(scores, axis=-1, kind="stable")
-    sorted_scores = np.take_along_axis(scores, order, axis=-1)
-    cum = np.cumsum(softmax(sorted_scores), axis=-1)
-    remove_sorted = cum <= (1.0 - top_p)
-    remove_sorted[..., -min_tokens_to_keep:] = False
-    remove = np.zeros_like(remove_sorted)
-    np.put_along_axis(remove, order, remove_sorted, axis=-1)
-    return np.where(remove, np.float32(-np.inf), scores).astype(np.float32)
+    out = np.array(scores, dtype=np.float32, copy=True)
+    flat = out.reshape(-1, out.shape[-1])
+    for row in flat:
+        idx = np.flatnonzero(np.isfinite(row))
+        order = idx[np.argsort(row[idx], kind="stable")]
+        cum = np.cumsum(softmax(row[order]))
+        remove = cum <= (1.0 - top_p)
+        remove[max(0, remove.size - min_tokens_to_keep) :] = False
+        row[order[remove]] = -np.inf
+    return out
 
 
 def process_logits(logits: np.ndarray, seen: np.ndarray, params: SamplingParams) -> np.ndarray:
@@ -170,12 +179,16 @@ def draw_without_replacement(scores: np.ndarray, n: int, rng: np.random.Generato
     p > 0, the rest are filled with zero-probability entries in index order (torch fills them arbitrarily;
     such candidates carry -inf or ~-1e9 scores and never win).
     """
-    p = softmax(scores)
-    live = np.flatnonzero(p > 0)
-    keys = np.full(p.shape, -1.0)
-    keys[live] = p[live] / rng.exponential(size=live.size)
-    order = np.argsort(-keys, kind="stable")
-    return order[:n]
+    fin = np.flatnonzero(np.isfinite(scores))
+    p = softmax(scores[fin])
+    live = fin[p > 0]
+    keys = p[p > 0] / rng.exponential(size=live.size)
+    chosen = live[np.argsort(-keys, kind="stable")[:n]]
+    if chosen.size < n:
+        rest = np.ones(scores.shape, dtype=bool)
+        rest[live] = False
+        chosen = np.concatenate([chosen, np.flatnonzero(rest)[: n - chosen.size]])
+    return chosen
 
 
 def draw_one(scores: np.ndarray, rng: np.random.Generator) -> int:

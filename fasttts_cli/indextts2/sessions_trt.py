@@ -60,7 +60,7 @@ def check_cuda(result: Any, what: str) -> Any:
 def grow(capacity: int, need: int) -> int:
     """New capacity for a buffer that must hold `need` bytes: 1.5x headroom so a growing KV cache
     reallocates O(log n) times, never below MIN_BUFFER."""
-    if need <= capacity:
+    if capacity > 0 and need <= capacity:
         return capacity
     return max(MIN_BUFFER, need + need // 2)
 

@@ -16,9 +16,13 @@ the head counts as layer L). The error is the MAE over each row's generated fram
 (max - min) of that row's reference mel there, averaged over rows. The error is always that of the
 whole table so far, so the calibration data end below thr by construction.
 
-Trials go in step order, so a trial at step s resumes from a snapshot of the state (x and caches) at the
-start of step s: only the remaining S - s steps are rerun. Every operation is deterministic, so a fixed
-seed (which fixes the calibration inputs and noise) gives the same policy.
+Trials go step by step. With `group_first` (default) a step's untried entries are first tried together
+against the strictest bound among them; if that holds every entry's own bound holds, so the rule above is
+kept while a step of easy entries costs one trial instead of 2L. `max_trials` caps a level's trials
+(entries never tried stay computed: less saving, never more error). A trial at step s resumes from a
+snapshot of the state (x and caches) at the start of step s: only the remaining S - s steps are rerun.
+Every operation is deterministic, so a fixed seed (which fixes the calibration inputs and noise) gives
+the same policy.
 """
 
 from __future__ import annotations
@@ -89,6 +93,7 @@ class LevelReport:
     trials: int
     accepted: dict[str, int]
     seconds: float
+    truncated: bool = False  # max_trials reached: some entries were never tried (left computed)
 
 
 @dataclass
@@ -102,6 +107,8 @@ class Calibrator:
     diag: np.ndarray  # (depth, steps) diagonal scores of the uncompressed run
     head_branch_skip: bool = True
     candidate_fraction: float = CANDIDATE_FRACTION
+    group_first: bool = True
+    max_trials: int | None = None
     progress: Callable[[str], None] | None = None
     ref: np.ndarray = field(init=False)
     keep: np.ndarray = field(init=False)
@@ -135,13 +142,21 @@ class Calibrator:
             return pol, LevelReport(level, thr, 0.0, 1.0, 1.0, 0, {}, 0.0)
         self.trials = 0
         self.error = 0.0
+        self.truncated = False
         accepted = {"pre_TS": 0, "TS": 0, "BS": 0, "head_BS": 0}
         cands = self.candidates()
         pre = [(s, layer, k, TEMPORAL) for layer, s in cands for k in KINDS]
         accepted["pre_TS"] = self._pass(plan, pre, thr)
-        ts = [(s, layer, k, TEMPORAL) for s in range(1, self.steps) for layer in range(self.depth) for k in KINDS]
+        ts = [
+            (s, layer, k, TEMPORAL)
+            for s in range(1, self.steps)
+            for layer in range(self.depth)
+            for k in KINDS
+        ]
         accepted["TS"] = self._pass(plan, ts, thr)
-        bs = [(s, layer, k, BRANCH) for s in range(1, self.steps) for layer in range(self.depth) for k in KINDS]
+        bs = [
+            (s, layer, k, BRANCH) for s in range(1, self.steps) for layer in range(self.depth) for k in KINDS
+        ]
         accepted["BS"] = self._pass(plan, bs, thr)
         if self.head_branch_skip:
             hb = [(s, self.depth, "head", BRANCH) for s in range(1, self.steps)]
@@ -157,33 +172,71 @@ class Calibrator:
             self.trials,
             accepted,
             time.perf_counter() - t0,
+            self.truncated,
         )
         return pol, rep
 
     def _pass(self, plan: TablePlan, trials: Sequence[tuple[int, int, str, str]], thr: float) -> int:
-        """Try each (step, layer, kind, letter) in step order; keep it when the error bound holds."""
+        """Try each (step, layer, kind, letter), step by step; keep a decision when the error bound holds.
+
+        With `group_first`, a step's still-computed entries are first tried all at once against the
+        strictest bound among them (that of the shallowest layer): if that holds, each entry's own bound
+        holds too, and the step costs one trial instead of one per entry. Otherwise they are tried one by
+        one. `max_trials` caps the trials of a level; entries not tried stay computed (safe)."""
         accepted = 0
         x, state, at = self.x0, CacheState(), 0
-        for s, layer, kind, letter in sorted(trials, key=lambda t: (t[0], t[1], KINDS.index(t[2]) if t[2] in KINDS else 2)):
+        by_step: dict[int, list[tuple[int, str, str]]] = {}
+        for s, layer, kind, letter in trials:
+            by_step.setdefault(s, []).append((layer, kind, letter))
+        for s in sorted(by_step):
+            if self.max_trials is not None and self.trials >= self.max_trials:
+                self.truncated = True
+                break
             if s > at:  # advance the snapshot to the start of step s under the decisions taken so far
                 x = run_steps(self.pieces, plan, self.run, x, state, at, s)
                 at = s
-            row = plan.head_row if kind == "head" else plan.rows[kind][layer]
-            if row[s] != COMPUTE:
+            todo = sorted(
+                (e for e in by_step[s] if self._row(plan, e)[s] == COMPUTE),
+                key=lambda e: (e[0], KINDS.index(e[1]) if e[1] in KINDS else len(KINDS)),
+            )
+            if self.group_first and len(todo) > 1 and self._try(plan, todo, s, x, state, thr):
+                accepted += len(todo)
                 continue
-            row[s] = letter
-            out = run_steps(self.pieces, plan, self.run, x, state.copy(), s)
-            self.trials += 1
-            err = relative_mae(self.to_numpy(out), self.ref, self.keep)
-            bound = thr * min(layer + 1, self.depth) / self.depth
-            if err < bound:
-                accepted += 1
-                self.error = err
-            else:
-                row[s] = COMPUTE
+            for e in todo:
+                if self.max_trials is not None and self.trials >= self.max_trials:
+                    self.truncated = True
+                    break
+                accepted += self._try(plan, [e], s, x, state, thr)
         if self.progress:
             self.progress(f"pass done: {accepted} of {len(trials)} accepted, error {self.error:.4g}")
         return accepted
+
+    @staticmethod
+    def _row(plan: TablePlan, entry: tuple[int, str, str]) -> list[str]:
+        layer, kind, _ = entry
+        return plan.head_row if kind == "head" else plan.rows[kind][layer]
+
+    def _try(
+        self,
+        plan: TablePlan,
+        entries: Sequence[tuple[int, str, str]],
+        s: int,
+        x: Any,
+        state: CacheState,
+        thr: float,
+    ) -> bool:
+        for e in entries:
+            self._row(plan, e)[s] = e[2]
+        out = run_steps(self.pieces, plan, self.run, x, state.copy(), s)
+        self.trials += 1
+        err = relative_mae(self.to_numpy(out), self.ref, self.keep)
+        bound = thr * min(min(e[0] + 1, self.depth) for e in entries) / self.depth
+        if err < bound:
+            self.error = err
+            return True
+        for e in entries:
+            self._row(plan, e)[s] = COMPUTE
+        return False
 
 
 def calibrate_levels(
@@ -238,6 +291,8 @@ def calibrate_modules(
     seed: int = 0,
     engine_id: str | None = None,
     head_branch_skip: bool = True,
+    group_first: bool = True,
+    max_trials: int | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> tuple[PolicySet, list[LevelReport]]:
     """Calibrate on the PyTorch DiT. `rows`: per calibration line {"mu" (T, C), "prompt" (80, Tm),
@@ -251,7 +306,9 @@ def calibrate_modules(
     batch = stack_rows(rows, seed, n_mels=dit.cfg.in_channels)
     t = {k: torch.from_numpy(v) for k, v in batch.items()}
     times = euler_times(steps, schedule)
-    run, x0 = pt.prepare(t["mu"], t["x_lens"], t["prompt"], t["prompt_lens"], t["style"], t["z"], times, cfg_rate)
+    run, x0 = pt.prepare(
+        t["mu"], t["x_lens"], t["prompt"], t["prompt_lens"], t["style"], t["z"], times, cfg_rate
+    )
     with torch.inference_mode():
         diag = pt.diagonal_scores(dit, run, x0)
         cal = Calibrator(
@@ -261,6 +318,8 @@ def calibrate_modules(
             lambda a: a.detach().numpy(),
             diag,
             head_branch_skip=head_branch_skip,
+            group_first=group_first,
+            max_trials=max_trials,
             progress=progress,
         )
         return calibrate_levels(
@@ -268,7 +327,12 @@ def calibrate_modules(
             levels,
             engine_id=engine_id or dit_weights_identity(dit),
             schedule=schedule,
-            provenance={"seed": seed, "rows": len(rows), "frames": batch["x_lens"].tolist(), "backend": "torch"},
+            provenance={
+                "seed": seed,
+                "rows": len(rows),
+                "frames": batch["x_lens"].tolist(),
+                "backend": "torch",
+            },
         )
 
 
@@ -305,3 +369,142 @@ def stack_rows(rows: Sequence[dict[str, np.ndarray]], seed: int, n_mels: int = 8
         "style": np.stack([np.asarray(r["style"], np.float32).reshape(-1) for r in rows]),
         "z": z,
     }
+
+
+# ------------------------------------------------------------------------------------- ONNX Runtime pieces
+
+
+def calibrate_ort(
+    pieces: Any,
+    rows: Sequence[dict[str, np.ndarray]],
+    levels: Sequence[str],
+    *,
+    engine_id: str,
+    steps: int = 25,
+    schedule: str = "uniform",
+    cfg_rate: float = 0.7,
+    seed: int = 0,
+    head_branch_skip: bool = True,
+    group_first: bool = True,
+    max_trials: int | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[PolicySet, list[LevelReport]]:
+    """Calibrate on exported pieces (piecewise_ort.OrtPieces loaded with diag=True): the runtime path."""
+    from fasttts_cli.s2mel_cache import piecewise_ort as po
+    from fasttts_cli.s2mel_cache.schedules import euler_times
+
+    batch = stack_rows(rows, seed)
+    run, x0 = po.prepare(
+        batch["mu"],
+        batch["x_lens"],
+        batch["prompt"],
+        batch["prompt_lens"],
+        batch["style"],
+        batch["z"],
+        euler_times(steps, schedule),
+        cfg_rate,
+    )
+    cal = Calibrator(
+        pieces,
+        run,
+        x0,
+        np.asarray,
+        po.diagonal_scores(pieces, run, x0),
+        head_branch_skip=head_branch_skip,
+        group_first=group_first,
+        max_trials=max_trials,
+        progress=progress,
+    )
+    return calibrate_levels(
+        cal,
+        levels,
+        engine_id=engine_id,
+        schedule=schedule,
+        provenance={
+            "seed": seed,
+            "rows": len(rows),
+            "frames": batch["x_lens"].tolist(),
+            "backend": "onnxruntime",
+        },
+    )
+
+
+# ------------------------------------------------------------------------------------- engine folder
+
+
+def engine_rows(
+    engine: Any, voices: Sequence[Any], texts: Sequence[str], seed: int = 0
+) -> list[dict[str, np.ndarray]]:
+    """Calibration lines from an engine: every voice with every text (first text segment), codes sampled
+    with the engine's preset from per-line generators seeded from `seed`, then the s2mel content and
+    the CFM inputs exactly as synthesis builds them."""
+    from fasttts_cli.indextts2.engine import segment_seed_generator
+    from fasttts_cli.indextts2.synthesizer import line_options
+
+    params = line_options(engine.preset, {}).sampling(engine.tokens.stop_mel, engine.max_codes)
+    rows = []
+    for i, (voice, text) in enumerate((v, t) for v in voices for t in texts):
+        speaker = engine.speaker_audio(voice)
+        vc = engine.voice_conditioning(speaker, engine.emotion_audio(voice))
+        segs = [s for s in engine.text.segments(text) if s]
+        if not segs:
+            raise ValueError(f"calibration text {text!r} has no speakable tokens")
+        prefix = engine.prefix(vc.spk_latents, vc.emovec, segs[0])
+        codes = engine.generate([prefix], [params], [segment_seed_generator(seed + i, 0)])[0].codes
+        if codes.size == 0:
+            continue
+        lat = engine.latent([prefix], [codes])
+        cond, ylens = engine.s2mel_content(lat, [codes])
+        inp = engine.cfm_inputs([vc], cond, ylens)
+        n, p = int(inp.x_lens[0]), int(inp.prompt_lens[0])
+        rows.append({"mu": inp.cat_condition[0, :n], "prompt": inp.prompt[0, :, :p], "style": inp.style[0]})
+    if not rows:
+        raise ValueError("no calibration line produced speech codes")
+    return rows
+
+
+def calibrate(
+    engine_dir: Any,
+    voices: Sequence[Any],
+    texts: Sequence[str],
+    levels: Sequence[str] = ("T1", "T2", "T3", "T4", "T5", "T6"),
+    *,
+    seed: int = 0,
+    threads: int | None = None,
+    write: bool = True,
+    progress: Callable[[str], None] | None = None,
+    **options: Any,
+) -> PolicySet:
+    """`fasttts calibrate --engine DIR --voice REF.wav ... --text "..."`: calibrate the engine's own
+    pieces (`s2mel_pieces/`, see export_pieces) on a few lines of the user's voices and texts, for the
+    s2mel steps/schedule/CFG rate of the engine's preset, and write the policy into the engine folder.
+    `options` go to calibrate_ort (group_first, max_trials, head_branch_skip)."""
+    from pathlib import Path
+
+    from fasttts_cli.indextts2.engine import IndexTTS2Engine
+    from fasttts_cli.s2mel_cache.export_pieces import PIECES_DIR
+    from fasttts_cli.s2mel_cache.piecewise_ort import OrtPieces
+    from fasttts_cli.s2mel_cache.policy import engine_identity, write_policy_set
+
+    folder = Path(engine_dir)
+    engine = IndexTTS2Engine.load(folder, threads=threads)
+    pieces = OrtPieces.load(folder / PIECES_DIR, threads=threads, diag=True)
+    s2 = engine.preset.s2mel
+    rows = engine_rows(engine, voices, texts, seed)
+    if progress:
+        progress(f"calibrating on {len(rows)} lines, {sum(r['mu'].shape[0] for r in rows)} frames")
+    ps, _ = calibrate_ort(
+        pieces,
+        rows,
+        levels,
+        engine_id=engine_identity(engine.manifest),
+        steps=s2.steps,
+        schedule=s2.schedule,
+        cfg_rate=s2.cfg_rate,
+        seed=seed,
+        progress=progress,
+        **options,
+    )
+    if write:
+        write_policy_set(folder, ps)
+    return ps

@@ -29,7 +29,7 @@ class TorchPieces:
         self.skip_plan = dict(dit.skip_plan)
         self.row_padding = row_padding  # False: the original's padded-row WaveNet padding
 
-    def embed(self, x, prompt_x, x_lens, t, style, mu) -> DiTInputs:  # noqa: ANN001
+    def embed(self, x, prompt_x, x_lens, t, style, mu) -> DiTInputs:
         return self.dit.embed(x, prompt_x, x_lens, t, style, mu)
 
     def first_rows(self, ctx: DiTInputs, n: int) -> DiTInputs:
@@ -61,7 +61,7 @@ class TorchPieces:
             return block.attention_out(x, ctx.c, ctx.rope, ctx.key_mask)
         return block.ffn_out(x, ctx.c)
 
-    def head(self, h, x, x_lens, t, ctx: DiTInputs) -> torch.Tensor:  # noqa: ANN001
+    def head(self, h, x, x_lens, t, ctx: DiTInputs) -> torch.Tensor:
         if ctx.c.shape[0] != h.shape[0]:
             ctx = self.first_rows(ctx, h.shape[0])
         return self.dit.head(h, ctx, t, x_lens if self.row_padding else None)
@@ -151,9 +151,7 @@ def diagonal_mass(probs: torch.Tensor, key_mask: torch.Tensor, band: int = DIAGO
 
 
 @torch.inference_mode()
-def diagonal_scores(
-    dit: DiT, run: CFMRun, x0: torch.Tensor, band: int = DIAGONAL_BAND
-) -> np.ndarray:
+def diagonal_scores(dit: DiT, run: CFMRun, x0: torch.Tensor, band: int = DIAGONAL_BAND) -> np.ndarray:
     """(depth, steps) diagonal-likeness of each (layer, step) attention map on the uncompressed run,
     averaged over the conditional rows (the rows every policy computes)."""
     pieces = TorchPieces(dit)

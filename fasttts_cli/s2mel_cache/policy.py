@@ -23,7 +23,7 @@ from typing import Any
 
 from fasttts_cli.engine_folder import Manifest, read_manifest, write_manifest
 from fasttts_cli.errors import EngineMismatchError, UsageError
-from fasttts_cli.s2mel_cache.core import BRANCH, COMPUTE, KINDS, TEMPORAL, head_units, module_units
+from fasttts_cli.s2mel_cache.core import BRANCH, COMPUTE, TEMPORAL, head_units, module_units
 
 POLICY_FILE = "s2mel_cache_policy.json"
 FORMAT_VERSION = 1
@@ -85,7 +85,9 @@ class Policy:
     def validate(self) -> None:
         """Every row has `steps` letters; a skip only after something to reuse exists."""
         if len(self.ffn) != self.depth:
-            raise ValueError(f"policy {self.level}: {len(self.attn)} attention rows, {len(self.ffn)} FFN rows")
+            raise ValueError(
+                f"policy {self.level}: {len(self.attn)} attention rows, {len(self.ffn)} FFN rows"
+            )
         for kind, rows in (("attn", self.attn), ("ffn", self.ffn)):
             for layer, row in enumerate(rows):
                 _check_row(row, self.steps, f"{kind} {layer}", allowed=COMPUTE + TEMPORAL + BRANCH)

@@ -1,8 +1,9 @@
 """Euler time grids for the s2mel CFM (issue 5, item 4): the number of steps and the grid are preset options.
 
-- "uniform": the original's grid, `torch.linspace(0, 1, steps + 1)` value for value in float32. torch fills
-  the first half of a linspace from the start and the second half from the end (start + i*step,
-  end - (n-1-i)*step); reproducing that keeps a 25-step uniform run bit-identical to the original's.
+- "uniform": the original's grid, `torch.linspace(0, 1, steps + 1)` value for value in float32 (checked for
+  1..300 steps). torch fills the first half of a linspace from the start and the second half from the end
+  (start + i*step, end - (n-1-i)*step, the latter fused); reproducing that keeps a uniform run
+  bit-identical to the original's at any step count.
 - "sway": F5-TTS sway sampling t + s (cos(pi t / 2) - 1 + t) applied to the uniform grid; the default
   s = -1 gives 1 - cos(pi t / 2), i.e. denser steps near t = 0 where the flow changes fastest.
 
@@ -25,7 +26,9 @@ def uniform_grid(steps: int) -> np.ndarray:
     step = np.float32(1.0) / np.float32(steps)
     idx = np.arange(n)
     head = np.float32(0.0) + step * idx.astype(np.float32)
-    tail = np.float32(1.0) - step * (n - 1 - idx).astype(np.float32)
+    # torch's vectorised CPU kernel forms the second half with a fused multiply-add (one rounding of
+    # 1 - step * k); float64 holds step * k and the difference exactly, so rounding once to float32 is it.
+    tail = (1.0 - step.astype(np.float64) * (n - 1 - idx)).astype(np.float32)
     return np.where(idx < n // 2, head, tail).astype(np.float32)
 
 

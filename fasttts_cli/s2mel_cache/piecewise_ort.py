@@ -1,0 +1,178 @@
+"""The cached CFM on ONNX Runtime (numpy, no torch): the DiT pieces of `export_pieces` driven by core.py.
+
+`OrtPieces.load(folder)` opens `<folder>/pieces.json` (an engine's `s2mel_pieces/`); `solve` has the
+contract of the engine's CFM stage (start noise in, x with zero prompt region out) plus a policy: with
+no policy (T0) every piece runs on both CFG branches; a skipped module's session is simply not run.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fasttts_cli.errors import EngineMismatchError
+from fasttts_cli.s2mel_cache.core import FULL, CacheState, CFMRun, Plan, run_steps
+from fasttts_cli.s2mel_cache.schedules import euler_times
+
+INDEX = "pieces.json"
+FORMAT_VERSION = 1
+
+
+@dataclass
+class OrtContext:
+    h: np.ndarray  # (N, T, D)
+    c: np.ndarray  # (N, 1, D)
+    rope: np.ndarray  # (T, hd/2, 2)
+    key_mask: np.ndarray  # bool (N, 1, 1, T)
+
+
+class OrtPieces:
+    def __init__(self, folder: Path, index: dict[str, Any], sessions: dict[str, Any]) -> None:
+        self.folder = folder
+        self.depth = int(index["depth"])
+        self.skip_plan = {int(k): int(v) for k, v in index["skip_plan"].items()}
+        self.index = index
+        self._s = sessions
+        self.calls: dict[str, int] = {}
+
+    @classmethod
+    def load(cls, folder: Path | str, threads: int | None = None, diag: bool = False) -> OrtPieces:
+        """Open the pieces (the `diag_*` calibration graphs only when `diag`)."""
+        from fasttts_cli.indextts2.sessions import OrtSession, SessionOptions
+
+        folder = Path(folder)
+        path = folder / INDEX
+        if not path.is_file():
+            raise EngineMismatchError(
+                f"{folder}: no s2mel pieces ({INDEX} missing)",
+                hint="export them with `fasttts calibrate --checkpoint` or use s2mel cache level T0",
+            )
+        index = json.loads(path.read_text(encoding="utf-8"))
+        if index.get("format_version") != FORMAT_VERSION:
+            raise EngineMismatchError(f"{path}: pieces format {index.get('format_version')!r}, expected 1")
+        opts = SessionOptions(threads=threads)
+        sessions = {
+            name: OrtSession(folder / spec["file"], opts)
+            for name, spec in index["pieces"].items()
+            if diag or not name.startswith("diag_")
+        }
+        return cls(folder, index, sessions)
+
+    def _run(self, name: str, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        self.calls[name] = self.calls.get(name, 0) + 1
+        out = self._s[name].run(None, feeds)
+        return list(out.values())
+
+    # -- core.Pieces ---------------------------------------------------------------------------------
+
+    def embed(self, x, prompt_x, x_lens, t, style, mu) -> OrtContext:
+        h, c, rope, km = self._run(
+            "embed",
+            {"x": x, "prompt_x": prompt_x, "x_lens": x_lens, "t": t, "style": style, "mu": mu},
+        )
+        return OrtContext(h, c, rope, km)
+
+    def first_rows(self, ctx: OrtContext, n: int) -> OrtContext:
+        km = ctx.key_mask if ctx.key_mask.shape[0] == 1 else ctx.key_mask[:n]
+        return OrtContext(ctx.h[:n], ctx.c[:n], ctx.rope, km)
+
+    def hidden(self, ctx: OrtContext) -> np.ndarray:
+        return ctx.h
+
+    def skip_in(self, layer: int, x: np.ndarray, skip: np.ndarray) -> np.ndarray:
+        return self._run(f"skip_in_{layer}", {"x": x, "skip": skip})[0]
+
+    def module(self, kind: str, layer: int, x: np.ndarray, ctx: OrtContext) -> np.ndarray:
+        if ctx.c.shape[0] != x.shape[0]:
+            ctx = self.first_rows(ctx, x.shape[0])
+        if kind == "attn":
+            feeds = {"x": x, "c": ctx.c, "rope": ctx.rope, "key_mask": ctx.key_mask}
+            return self._run(f"attn_{layer}", feeds)[0]
+        return self._run(f"ffn_{layer}", {"x": x, "c": ctx.c})[0]
+
+    def diagonal(self, layer: int, x: np.ndarray, ctx: OrtContext) -> np.ndarray:
+        feeds = {"x": x, "c": ctx.c, "rope": ctx.rope, "key_mask": ctx.key_mask}
+        return self._run(f"diag_{layer}", feeds)[0]
+
+    def head(self, h, x, x_lens, t, ctx: OrtContext) -> np.ndarray:
+        return self._run("head", {"h": h, "x": x, "x_lens": x_lens, "t": t})[0]
+
+    def cat(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return np.concatenate([a, b], axis=0)
+
+    def zeros_like(self, a: np.ndarray) -> np.ndarray:
+        return np.zeros_like(a)
+
+    def rows_t(self, value: np.float32, n: int) -> np.ndarray:
+        return np.full((n,), value, np.float32)
+
+    def scalar(self, value: np.float32) -> np.float32:
+        return np.float32(value)
+
+
+def prepare(
+    mu: np.ndarray,
+    x_lens: np.ndarray,
+    prompt: np.ndarray,
+    prompt_lens: np.ndarray,
+    style: np.ndarray,
+    z: np.ndarray,
+    times: np.ndarray,
+    cfg_rate: float = 0.7,
+) -> tuple[CFMRun, np.ndarray]:
+    """The engine CFM's masking, in numpy: (run inputs, x at step 0)."""
+    t_len = z.shape[2]
+    pos = np.arange(t_len)[None, :]
+    pl, xl = np.asarray(prompt_lens, np.int64), np.asarray(x_lens, np.int64)
+    in_prompt = (pos < pl[:, None]).astype(np.float32)[:, None, :]
+    keep = ((pos >= pl[:, None]) & (pos < xl[:, None])).astype(np.float32)[:, None, :]
+    prompt = np.asarray(prompt, np.float32)[:, :, :t_len]
+    prompt_x = np.pad(prompt, ((0, 0), (0, 0), (0, t_len - prompt.shape[2]))) * in_prompt
+    run = CFMRun(
+        prompt_x.astype(np.float32),
+        keep,
+        xl,
+        np.asarray(style, np.float32),
+        np.asarray(mu, np.float32),
+        np.asarray(times, np.float32),
+        float(cfg_rate),
+    )
+    return run, (np.asarray(z, np.float32) * keep).astype(np.float32)
+
+
+def solve(
+    pieces: OrtPieces,
+    mu: np.ndarray,
+    x_lens: np.ndarray,
+    prompt: np.ndarray,
+    prompt_lens: np.ndarray,
+    style: np.ndarray,
+    z: np.ndarray,
+    steps: int = 25,
+    cfg_rate: float = 0.7,
+    *,
+    schedule: str = "uniform",
+    times: np.ndarray | None = None,
+    plan: Plan | None = None,
+) -> np.ndarray:
+    """Euler CFM from start noise z (B, 80, T) under `plan` (None = T0) -> x (B, 80, T)."""
+    grid = euler_times(steps, schedule) if times is None else np.asarray(times, np.float32)
+    run, x = prepare(mu, x_lens, prompt, prompt_lens, style, z, grid, cfg_rate)
+    return run_steps(pieces, plan or FULL, run, x, CacheState())
+
+
+def diagonal_scores(pieces: OrtPieces, run: CFMRun, x0: np.ndarray) -> np.ndarray:
+    """(depth, steps) diagonal scores of the uncompressed run from the exported `diag_*` graphs."""
+    b = x0.shape[0]
+    out = np.zeros((pieces.depth, run.steps), np.float64)
+
+    def observe(layer: int, step: int, h: np.ndarray, ctx: Any) -> None:
+        cond = pieces.first_rows(ctx, b)
+        out[layer, step] = float(pieces.diagonal(layer, h[:b], cond).mean())
+
+    run_steps(pieces, FULL, run, x0, CacheState(), observer=observe)
+    return out

@@ -1,0 +1,55 @@
+"""`fasttts bench` on the tiny engine: the measurements exist, have the right shape and the forced token
+count holds (speed itself is never asserted)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fasttts_cli.bench import BenchOptions, format_table, run_bench, to_json
+from fasttts_cli.indextts2.engine import NoStopDecoder, frames_for
+from fasttts_cli.indextts2.sampling import SamplingParams
+from tests.conftest_engine import *  # noqa: F403 (fixtures)
+
+
+def test_no_stop_decoder_generates_exactly_n() -> None:
+    rng = np.random.default_rng(0)
+    for beams in (1, 3):
+        d = NoStopDecoder(SamplingParams(num_beams=beams, max_tokens=6), 0, vocab=8194)
+        while not d.done:
+            logits = rng.standard_normal((d.rows, 8194)).astype(np.float32)
+            logits[:, 8193] = 50.0  # the stop token would win every draw
+            d.step(logits)
+        res = d.result()
+        assert res.codes.size == 6 and not res.stopped and 8193 not in res.codes
+
+
+@pytest.mark.slow
+def test_bench_on_tiny_engine(tiny_engine_dir: Path, tiny_checkpoint_dir: Path) -> None:
+    opts = BenchOptions(
+        engine=tiny_engine_dir,
+        checkpoint=tiny_checkpoint_dir,
+        tokens=4,
+        batches=(1, 2),
+        beams=(1, 3),
+        s2mel_steps_timed=1,
+        ref_seconds=1.5,
+        threads=1,
+    )
+    r = run_bench(opts)
+    ours, eager = r["ours"], r["eager"]
+    assert set(ours["batches"]) == {1, 2}
+    for b, row in ours["batches"].items():
+        assert np.isclose(row["audio_s"], b * 256 * frames_for(4) / 22050)
+        assert set(row["ms_per_token"]) == {1, 3} and all(v > 0 for v in row["ms_per_token"].values())
+        assert row["rtf"][3] == row["batch_s"][3] / row["audio_s"]
+        assert row["s2mel_s"] > row["s2mel_step_s"] * 24
+    assert np.isclose(eager["audio_s"], 256 * frames_for(4) / 22050)
+    assert eager["voice_prep_s"] > 0 and ours["voice_prep_s"] > 0
+    assert eager["peak_rss_mb"] >= ours["peak_rss_mb"] > 0
+    table = format_table(r)
+    for label in ("voice prep", "ms/token, 3 beams", "s2mel per step", "RTF, 1 beam", "lines/s", "peak RSS"):
+        assert label in table
+    assert '"ours"' in to_json(r)
