@@ -91,30 +91,44 @@ class LoudnessMeter:
         self.sel, self.gains = _bs1770_select(channels)
         self.kw = KWeighting(sr, len(self.sel))
         self.n = 0  # samples seen
-        self._hops: list[np.ndarray] = []  # per completed hop: sum of squares per channel
+        self._hops = np.zeros((64, len(self.sel)))  # rows [0, _nh): sum of squares per channel per hop
+        self._nh = 0  # completed hops
         self._acc = np.zeros(len(self.sel))  # the hop in progress
 
     def _bound(self, k: int) -> int:
         """First sample of hop k (exact for every rate divisible by 10)."""
         return k * self.sr // 10
 
+    def _append(self, rows: np.ndarray) -> None:
+        need = self._nh + rows.shape[0]
+        if need > self._hops.shape[0]:
+            grown = np.zeros((max(need, 2 * self._hops.shape[0]), self._hops.shape[1]))
+            grown[: self._nh] = self._hops[: self._nh]
+            self._hops = grown
+        self._hops[self._nh : need] = rows
+        self._nh = need
+
     def add(self, block: np.ndarray) -> None:
         x = _as_channels(block)
-        if x.shape[1] == 0:
+        m = x.shape[1]
+        if m == 0:
             return
         y = self.kw(np.asarray(x[self.sel], dtype=np.float64))
         sq = y * y
-        pos, end = self.n, self.n + sq.shape[1]
-        k = len(self._hops)
-        while pos < end:
-            stop = min(end, self._bound(k + 1))
-            self._acc += sq[:, pos - self.n : stop - self.n].sum(axis=1)
-            pos = stop
-            if pos == self._bound(k + 1):
-                self._hops.append(self._acc)
-                self._acc = np.zeros(len(self.sel))
-                k += 1
+        pos, end = self.n, self.n + m
+        # hop boundaries in (pos, end], relative to the block
+        last_k = (10 * (end + 1) - 1) // self.sr
+        cuts = [self._bound(k) - pos for k in range(self._nh + 1, last_k + 1)]
         self.n = end
+        if not cuts:
+            self._acc = self._acc + sq.sum(axis=1)
+            return
+        idx = [0, *(c for c in cuts if c < m)]
+        seg = np.add.reduceat(sq, idx, axis=1)  # column i: sq[:, idx[i]:idx[i+1]]
+        done = seg[:, : len(cuts)].T.copy()
+        done[0] += self._acc
+        self._append(done)
+        self._acc = seg[:, len(cuts)].copy() if len(idx) > len(cuts) else np.zeros(len(self.sel))
 
     def integrated(self) -> float:
         """Gated integrated loudness in LUFS; -inf for silence or less than one 400 ms block."""
@@ -124,9 +138,10 @@ class LoudnessMeter:
         seconds = self.n / self.sr
         nb = int(np.round((seconds - BLOCK_S) / (BLOCK_S * (1.0 - 0.75)))) + 1
         hops = np.zeros((nb + 3, len(self.sel)))
-        have = [*self._hops, self._acc]
-        k = min(len(have), hops.shape[0])
-        hops[:k] = np.array(have[:k])
+        k = min(self._nh, hops.shape[0])
+        hops[:k] = self._hops[:k]
+        if self._nh < hops.shape[0]:
+            hops[self._nh] = self._acc  # the partial last hop
         z = (hops[0:nb] + hops[1 : nb + 1] + hops[2 : nb + 2] + hops[3 : nb + 3]) / (BLOCK_S * self.sr)
         power = z @ self.gains  # channel-weighted mean square per gating block
         with np.errstate(divide="ignore"):

@@ -117,10 +117,25 @@ def test_existing_out_dir_and_unsupported_preset(tiny: Path, tiny_engine: Path, 
     with pytest.raises(UsageError, match="already exists"):
         build_engine(tiny, "cpu-fp32", tiny_engine)
     p = tmp_path / "int4.toml"
-    p.write_text('name = "x"\n[components]\ngpt = { backend = "onnxruntime-cpu", precision = "int4" }\n')
-    with pytest.raises(UsageError, match="int4"):
+    p.write_text('name = "x"\n[components]\nvocoder = { backend = "onnxruntime-cpu", precision = "int4" }\n')
+    with pytest.raises(UsageError, match="vocoder"):
+        build_engine(tiny, p, tmp_path / "out")
+    p.write_text('name = "x"\n[components]\ngpt = { backend = "torch", precision = "fp32" }\n')
+    with pytest.raises(UsageError, match="torch"):
         build_engine(tiny, p, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_int8_preset_quantizes_and_records_error(tiny: Path, tmp_path: Path) -> None:
+    out = build_engine(tiny, "cpu-int8", tmp_path / "int8", components=["gpt_trunk", "codec_vq2emb"])
+    m = read_manifest(out)
+    assert m.components["gpt_trunk"].precision == "int8" and m.components["gpt_trunk"].file.endswith(
+        ".int8.onnx"
+    )
+    assert m.components["codec_vq2emb"].precision == "fp32"
+    info = m.config["build"]["gpt_trunk"]
+    assert 0 < info["rel_error_vs_pytorch"] < 0.2 and info["conversion"]["quantized"] > 0
+    assert not (out / "gpt_trunk.onnx").exists()  # the fp32 intermediate is not shipped
 
 
 # ----------------------------------------------------------------------------------------- parity

@@ -125,3 +125,54 @@ def test_extra_fp32_nodes_and_op_types(tmp_path: Path) -> None:
     types = tensor_types(out)
     mm = next(n for n in out.graph.node if n.name == first_mm)
     assert {types[i] for i in mm.input} == {FLOAT}
+
+
+class _MaskAndTime(torch.nn.Module):
+    """w2v-BERT's additive mask (1 - mask) * finfo(fp32).min and a DiT-style sin/cos(1000 t) timestep
+    embedding: the two patterns that break a naive fp16 conversion (NaN from 0 * -inf; ~0.3 rad phase
+    error once t is rounded to fp16)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(16, 16)
+        self.register_buffer("freqs", torch.exp(-torch.arange(8) * 0.5))
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        add = (1.0 - mask[:, None, :].float()) * torch.finfo(torch.float32).min
+        s = torch.softmax(self.lin(x) @ x.transpose(1, 2) / 4 + add, -1)
+        arg = 1000 * t[:, None] * self.freqs[None]
+        temb = torch.cat([torch.sin(arg), torch.cos(arg)], -1)
+        return s @ x + temb[:, None, :]
+
+
+def test_mask_constant_and_timestep_embedding_survive(tmp_path: Path) -> None:
+    torch.manual_seed(1)
+    m = _MaskAndTime().eval()
+    x, t = torch.randn(2, 6, 16), torch.rand(2)
+    mask = torch.ones(2, 6, dtype=torch.int64)
+    mask[1, :2] = 0
+    f = io.BytesIO()
+    with torch.no_grad():
+        torch.onnx.export(
+            m,
+            (x, mask, t),
+            f,
+            input_names=["x", "mask", "t"],
+            output_names=["y"],
+            dynamic_axes={"x": {0: "b", 1: "n"}, "mask": {0: "b", 1: "n"}, "t": {0: "b"}},
+            opset_version=17,
+            dynamo=False,
+        )
+    src = tmp_path / "mt.onnx"
+    src.write_bytes(f.getvalue())
+    dst = tmp_path / "mt16.onnx"
+    rep = convert_file(src, dst)
+    assert rep.weights_clipped >= 1  # the finfo.min constant became -65504, not -inf
+    model = onnx.load(str(dst))
+    types = tensor_types(model)
+    for n in model.graph.node:
+        if n.op_type in ("Sin", "Cos"):  # the argument path stays fp32
+            assert {types[i] for i in n.input} == {FLOAT}
+    feeds = {"x": x.numpy(), "mask": mask.numpy(), "t": t.numpy()}
+    errs = compare_outputs(src, dst, feeds)
+    assert errs["y"] < 5e-3, errs

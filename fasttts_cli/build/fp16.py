@@ -49,6 +49,8 @@ DEFAULT_FP32_OPS = frozenset(
         "Reciprocal",
         "Exp",
         "Log",
+        "Sin",
+        "Cos",
         "CumSum",
         "Range",
         "Resize",
@@ -66,6 +68,16 @@ DEFAULT_FP32_OPS = frozenset(
 # left alone (outputs keep their original type) and their consumers cast as needed.
 _SOURCE_OPS = frozenset({"Cast", "Constant", "ConstantOfShape", "EyeLike", "CastLike"})
 _SUBGRAPH_OPS = frozenset({"If", "Loop", "Scan"})
+# Ops whose *argument* needs fp32 resolution: sin(1000 t) of a timestep embedding is wrong by ~0.3 rad
+# once t passed through fp16. The cheap ops computing such arguments are pulled into the island too
+# (walking back from the op until something expensive, a graph input or a weight).
+ARGUMENT_SENSITIVE_OPS = frozenset({"Sin", "Cos"})
+_CHEAP_OPS = frozenset(
+    {
+        "Mul", "Add", "Sub", "Div", "Neg", "Unsqueeze", "Squeeze", "Reshape", "Concat", "Expand",
+        "Gather", "Slice", "Transpose", "Identity", "Split", "Flatten", "Tile", "Cast",
+    }
+)  # fmt: skip
 
 FLOAT, FLOAT16 = 1, 10  # onnx.TensorProto.FLOAT / FLOAT16
 
@@ -138,6 +150,18 @@ def convert_model(
 
     nodes = list(g.node)  # protobuf wrappers are not stable objects: index by position
     half = [is_half(n) for n in nodes]
+    producer = {o: k for k, n in enumerate(nodes) for o in n.output}
+    stack = [i for n in nodes if n.op_type in ARGUMENT_SENSITIVE_OPS for i in n.input]
+    seen: set[str] = set()
+    while stack:
+        name = stack.pop()
+        if name in seen or name not in producer:
+            continue
+        seen.add(name)
+        k = producer[name]
+        if nodes[k].op_type in _CHEAP_OPS:
+            half[k] = False
+            stack.extend(nodes[k].input)
     # dtype each float tensor will have after conversion: produced by an fp16 node -> fp16.
     now_half: set[str] = set()
     for n, h in zip(nodes, half, strict=True):
@@ -172,6 +196,26 @@ def convert_model(
             new_inits.append(numpy_helper.from_array(arr16, name + "_fp16"))
         report.weights_fp16 += 1
     g.initializer.extend(new_inits)
+
+    # Float Constant nodes read by fp16 nodes: an fp16 copy clipped to the fp16 range, not a Cast (a
+    # finfo(fp32).min mask constant would become -inf and 0 * -inf = NaN).
+    for n in nodes:
+        if n.op_type != "Constant" or n.output[0] not in floats:
+            continue
+        users = consumers.get(n.output[0], [])
+        if not any(half[u] for u in users):
+            continue
+        attr = next((a for a in n.attribute if a.name == "value"), None)
+        if attr is None or attr.t.data_type != FLOAT:
+            continue
+        arr = numpy_helper.to_array(attr.t)
+        if np.any(np.abs(arr) > FP16_MAX):
+            report.weights_clipped += 1
+        copy = n.output[0] + "_fp16"
+        g.initializer.append(
+            numpy_helper.from_array(np.clip(arr, -FP16_MAX, FP16_MAX).astype(np.float16), copy)
+        )
+        init_half[n.output[0]] = copy
 
     casts: dict[tuple[str, int], str] = {}
     cast_nodes: list[Any] = []

@@ -18,7 +18,7 @@ whole table so far, so the calibration data end below thr by construction.
 
 Trials go step by step. With `group_first` (default) a step's untried entries are first tried together
 against the strictest bound among them; if that holds every entry's own bound holds, so the rule above is
-kept while a step of easy entries costs one trial instead of 2L. `max_trials` caps a level's trials
+kept while a step of easy entries costs one trial instead of 2L. `max_trials` caps each pass's trials
 (entries never tried stay computed: less saving, never more error). A trial at step s resumes from a
 snapshot of the state (x and caches) at the start of step s: only the remaining S - s steps are rerun.
 Every operation is deterministic, so a fixed seed (which fixes the calibration inputs and noise) gives
@@ -93,7 +93,7 @@ class LevelReport:
     trials: int
     accepted: dict[str, int]
     seconds: float
-    truncated: bool = False  # max_trials reached: some entries were never tried (left computed)
+    truncated: bool = False  # a pass hit max_trials: some entries were never tried (left computed)
 
 
 @dataclass
@@ -182,16 +182,20 @@ class Calibrator:
         With `group_first`, a step's still-computed entries are first tried all at once against the
         strictest bound among them (that of the shallowest layer): if that holds, each entry's own bound
         holds too, and the step costs one trial instead of one per entry. Otherwise they are tried one by
-        one. `max_trials` caps the trials of a level; entries not tried stay computed (safe)."""
+        one. `max_trials` caps the trials of each pass, spread evenly over its steps; entries not tried stay
+        computed (safe: less saving, never more error)."""
         accepted = 0
         x, state, at = self.x0, CacheState(), 0
         by_step: dict[int, list[tuple[int, str, str]]] = {}
         for s, layer, kind, letter in trials:
             by_step.setdefault(s, []).append((layer, kind, letter))
-        for s in sorted(by_step):
-            if self.max_trials is not None and self.trials >= self.max_trials:
-                self.truncated = True
-                break
+        steps = sorted(by_step)
+        used = 0
+        for i, s in enumerate(steps):
+            # a capped pass spreads its trials evenly over its steps (at least one per step)
+            allowance = (
+                None if self.max_trials is None else max(1, (self.max_trials - used) // (len(steps) - i))
+            )
             if s > at:  # advance the snapshot to the start of step s under the decisions taken so far
                 x = run_steps(self.pieces, plan, self.run, x, state, at, s)
                 at = s
@@ -199,14 +203,20 @@ class Calibrator:
                 (e for e in by_step[s] if self._row(plan, e)[s] == COMPUTE),
                 key=lambda e: (e[0], KINDS.index(e[1]) if e[1] in KINDS else len(KINDS)),
             )
-            if self.group_first and len(todo) > 1 and self._try(plan, todo, s, x, state, thr):
-                accepted += len(todo)
-                continue
+            n = 0
+            if self.group_first and len(todo) > 1:
+                n += 1
+                if self._try(plan, todo, s, x, state, thr):
+                    accepted += len(todo)
+                    used += n
+                    continue
             for e in todo:
-                if self.max_trials is not None and self.trials >= self.max_trials:
+                if allowance is not None and n >= allowance:
                     self.truncated = True
                     break
+                n += 1
                 accepted += self._try(plan, [e], s, x, state, thr)
+            used += n
         if self.progress:
             self.progress(f"pass done: {accepted} of {len(trials)} accepted, error {self.error:.4g}")
         return accepted

@@ -176,3 +176,59 @@ def diagonal_scores(pieces: OrtPieces, run: CFMRun, x0: np.ndarray) -> np.ndarra
 
     run_steps(pieces, FULL, run, x0, CacheState(), observer=observe)
     return out
+
+
+class CachedCFM:
+    """The engine hook: `CachedCFM.for_engine(folder, manifest, preset.s2mel, threads)` returns None at
+    level T0 (run the single-graph `dit_cfg_step` as before), else an object whose `solve` replaces the
+    CFM loop, with the policy checked against this engine and these run settings."""
+
+    def __init__(self, pieces: OrtPieces, plan: Plan, steps: int, schedule: str, cfg_rate: float) -> None:
+        self.pieces, self.plan = pieces, plan
+        self.steps, self.schedule, self.cfg_rate = steps, schedule, cfg_rate
+
+    @classmethod
+    def for_engine(
+        cls, folder: Path | str, manifest: Any, s2mel: Any, threads: int | None = None
+    ) -> CachedCFM | None:
+        """`s2mel`: the preset's S2MelOptions (steps, cfg_rate, schedule, cache_level)."""
+        from fasttts_cli.s2mel_cache.export_pieces import PIECES_DIR
+        from fasttts_cli.s2mel_cache.policy import load_policy
+
+        folder = Path(folder)
+        policy = load_policy(
+            folder,
+            s2mel.cache_level,
+            steps=int(s2mel.steps),
+            schedule=str(s2mel.schedule),
+            cfg_rate=float(s2mel.cfg_rate),
+            manifest=manifest,
+        )
+        if policy is None:
+            return None
+        pieces = OrtPieces.load(folder / PIECES_DIR, threads=threads)
+        return cls(pieces, policy, int(s2mel.steps), str(s2mel.schedule), float(s2mel.cfg_rate))
+
+    def solve(
+        self,
+        cat_condition: np.ndarray,
+        x_lens: np.ndarray,
+        prompt: np.ndarray,
+        prompt_lens: np.ndarray,
+        style: np.ndarray,
+        z: np.ndarray,
+    ) -> np.ndarray:
+        """The engine's CFMInputs fields and start noise -> x (B, 80, T), as `IndexTTS2Engine.cfm`."""
+        return solve(
+            self.pieces,
+            cat_condition,
+            x_lens,
+            prompt,
+            prompt_lens,
+            style,
+            z,
+            self.steps,
+            self.cfg_rate,
+            schedule=self.schedule,
+            plan=self.plan,
+        )

@@ -105,34 +105,52 @@ TINY_BIGVGAN = BigVGANConfig(
 def randomize(module: nn.Module, seed: int, std: float = 0.02) -> nn.Module:
     """Seeded values for every parameter: matrices N(0, std) scaled for fan-in > 1024, vectors as norm
     scales (1 + small) or biases (small). Buffers (BigVGAN's filters, position tables) stay as built."""
-    g = torch.Generator().manual_seed(seed)
+    first = next(module.parameters(), None)
+    dev = first.device if first is not None else torch.device("cpu")
+    g = torch.Generator(device=dev).manual_seed(seed)
+
+    def randn(shape: torch.Size) -> torch.Tensor:
+        return torch.randn(shape, generator=g, device=dev)
+
     for name, p in module.named_parameters():
         if p.dim() >= 2:
             fan_in = p[0].numel() if not name.endswith("c_attn.weight") else p.shape[0]
             s = min(std, 1.0 / math.sqrt(max(fan_in, 1)))
-            p.copy_(torch.randn(p.shape, generator=g) * s)
+            p.copy_(randn(p.shape) * s)
         elif name.endswith(("weight", "gamma", "scale")):
-            p.copy_(1.0 + 0.05 * torch.randn(p.shape, generator=g))
+            p.copy_(1.0 + 0.05 * randn(p.shape))
         elif name.endswith(("alpha", "beta")):
-            p.copy_(0.1 * torch.randn(p.shape, generator=g))
+            p.copy_(0.1 * randn(p.shape))
         else:
-            p.copy_(0.02 * torch.randn(p.shape, generator=g))
+            p.copy_(0.02 * randn(p.shape))
     return module
 
 
-def random_unified_voice(size: str = "full", seed: int = 0, cond_input_size: int | None = None) -> UnifiedVoice:
+def random_unified_voice(
+    size: str = "full", seed: int = 0, cond_input_size: int | None = None, device: torch.device | str = "cpu"
+) -> UnifiedVoice:
+    """Built on `device` directly (no CPU init of 866M parameters at full size); the conformers, whose
+    sinusoid tables are buffers computed at construction, are built on the CPU and moved."""
+    from fasttts_cli.build.conformer import ConformerEncoder
+
     gpt = FULL_GPT if size == "full" else TINY_GPT
     cin = cond_input_size or (1024 if size == "full" else 16)
     cfg = UnifiedVoiceConfig.from_gpt_section(gpt, None, cond_input_size=cin)
-    uv = UnifiedVoice(cfg)
+    dev = torch.device(device)
+    with torch.device("meta"):
+        uv = UnifiedVoice(cfg)
+    uv = uv.to_empty(device=dev)
+    uv.conditioning_encoder = ConformerEncoder(cfg.spk_conformer).to(dev)
+    uv.emo_conditioning_encoder = ConformerEncoder(cfg.emo_conformer).to(dev)
     randomize(uv, seed)
+    g = torch.Generator(device=dev).manual_seed(seed + 1)
     with torch.no_grad():  # embeddings and position tables at GPT-2's scale
         for emb in (uv.text_embedding, uv.mel_embedding, uv.speed_emb):
-            emb.weight.normal_(0.0, 0.02, generator=torch.Generator().manual_seed(seed + 1))
+            emb.weight.normal_(0.0, 0.02, generator=g)
     return uv.eval().requires_grad_(False)
 
 
-def random_s2mel(size: str = "full", seed: int = 1) -> S2Mel:
+def random_s2mel(size: str = "full", seed: int = 1, device: torch.device | str = "cpu") -> S2Mel:
     s = FULL_S2MEL if size == "full" else TINY_S2MEL
     wn = WaveNetConfig(hidden_dim=s.hidden, num_layers=s.wavenet_layers, kernel_size=5, dilation_rate=1, cond_dim=s.hidden)
     dcfg = DiTConfig(
@@ -150,12 +168,12 @@ def random_s2mel(size: str = "full", seed: int = 1) -> S2Mel:
     )
     lr = LengthRegulator(s.content_in, s.lr_channels, 4, 2048 if size == "full" else 16)
     widths = [s.gpt_dim, 256, 128, s.content_in] if size == "full" else [s.gpt_dim, 24, s.content_in]
-    model = S2Mel(CFM(DiT(dcfg)), lr, GptLayer(widths))
+    model = S2Mel(CFM(DiT(dcfg)), lr, GptLayer(widths)).to(device)
     randomize(model, seed, std=0.05)
     return model.eval().requires_grad_(False)
 
 
-def random_bigvgan(size: str = "full", seed: int = 2) -> BigVGAN:
-    model = BigVGAN(FULL_BIGVGAN if size == "full" else TINY_BIGVGAN)
+def random_bigvgan(size: str = "full", seed: int = 2, device: torch.device | str = "cpu") -> BigVGAN:
+    model = BigVGAN(FULL_BIGVGAN if size == "full" else TINY_BIGVGAN).to(device)
     randomize(model, seed, std=0.05)
     return model.eval().requires_grad_(False)

@@ -6,7 +6,7 @@ static buffers of a (rows bucket, frames bucket) and writes x_next into another,
 captured once per bucket and replayed for all steps and batches of that shape. Padding to a bucket
 changes nothing in a row: the DiT masks keys past each row's x_lens and its WaveNet reflects at each
 row's own end (`DiT.forward(row_padding=True)`); padding rows get a full length and zero inputs.
-Time points and their float32 accumulation are the numpy runtime's (`engine.euler_times`).
+Time points and their float32 accumulation are the numpy runtime's (`engine.euler_times`, `time_grid`).
 
 Half precision (`dtype` fp16/bf16): the DiT runs under autocast with its weights in half, except the
 normalisations (RMSNorm / AdaRMS norms, the final LayerNorm), whose weights stay fp32 and whose inputs
@@ -30,7 +30,6 @@ from fasttts_cli.build.bigvgan import BigVGAN
 from fasttts_cli.build.dit import RMSNorm
 from fasttts_cli.build.s2mel import S2Mel
 from fasttts_cli.build.wavenet import SConv1d, pad_rows
-from fasttts_cli.indextts2.engine import euler_times
 from fasttts_cli.torch_backend.graphs import GraphRunner, bucket, round_up, row_buckets
 
 _NORMS = (RMSNorm, nn.LayerNorm, nn.GroupNorm)
@@ -51,6 +50,18 @@ def half_with_fp32_norms(module: nn.Module, dtype: torch.dtype) -> nn.Module:
         for p in m.parameters(recurse=False):
             p.data = p.data.to(dtype)
     return module
+
+
+def time_grid(steps: int, schedule: str = "uniform") -> np.ndarray:
+    """(steps + 1,) float32 Euler time points: torch.linspace(0, 1, steps + 1) as the original's solver
+    (and the numpy runtime's `euler_times`, value for value); "sway" is the runtime's own schedule."""
+    if schedule == "uniform":
+        if steps < 1:
+            raise ValueError(f"s2mel steps must be >= 1, got {steps}")
+        return torch.linspace(0, 1, steps + 1, dtype=torch.float32).numpy()
+    from fasttts_cli.indextts2.engine import euler_times  # pulls the audio front end (soxr)
+
+    return euler_times(steps, schedule)
 
 
 def _reflect_pad_in_range() -> bool:
@@ -255,7 +266,7 @@ class TorchS2Mel:
         buf.x[:n, :, :t_len] = z.float().to(dev)
         buf.x[:n] *= keep
         buf.cfg.fill_(float(cfg_rate))
-        ts = euler_times(steps, schedule)
+        ts = time_grid(steps, schedule)
         t = ts[0]
         for s in range(1, steps + 1):
             dt = np.float32(ts[s] - ts[s - 1])
