@@ -23,8 +23,8 @@ from types import TracebackType
 import numpy as np
 import soundfile as sf
 
-# Frames per block in the assembly: about 10.9 s at 48 kHz, a few MB per channel per intermediate array.
-BLOCK = 1 << 19
+# Frames per block: about 5.5 s at 48 kHz, a few MB per channel per intermediate array.
+BLOCK = 1 << 18
 
 
 def block_ranges(n: int, block: int) -> Iterator[tuple[int, int]]:

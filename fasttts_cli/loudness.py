@@ -68,18 +68,23 @@ def _k_stages(sr: int) -> tuple[tuple[np.ndarray, np.ndarray, float], ...]:
 
 
 class KWeighting:
-    """The K-weighting filter as a stream over `(channels, m)` float64 blocks (filter state carried)."""
+    """The K-weighting filter as a stream over `(channels, m)` blocks (filter state carried), one channel at
+    a time so the float64 intermediates are one channel of one block."""
 
     def __init__(self, sr: int, channels: int) -> None:
         self.stages = _k_stages(sr)
-        self.zi = [np.zeros((channels, max(len(a), len(b)) - 1)) for b, a, _ in self.stages]
+        self.zi = [[np.zeros(max(len(a), len(b)) - 1) for b, a, _ in self.stages] for _ in range(channels)]
+
+    def channel(self, c: int, x: np.ndarray) -> np.ndarray:
+        y = np.asarray(x, dtype=np.float64)
+        for k, (b, a, gain) in enumerate(self.stages):
+            y, self.zi[c][k] = scipy.signal.lfilter(b, a, y, zi=self.zi[c][k])
+            if gain != 1.0:
+                y = gain * y
+        return y
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        for k, (b, a, gain) in enumerate(self.stages):
-            x, self.zi[k] = scipy.signal.lfilter(b, a, x, axis=-1, zi=self.zi[k])
-            if gain != 1.0:
-                x = gain * x
-        return x
+        return np.stack([self.channel(c, row) for c, row in enumerate(np.atleast_2d(x))])
 
 
 class LoudnessMeter:
@@ -113,18 +118,19 @@ class LoudnessMeter:
         m = x.shape[1]
         if m == 0:
             return
-        y = self.kw(np.asarray(x[self.sel], dtype=np.float64))
-        sq = y * y
         pos, end = self.n, self.n + m
         # hop boundaries in (pos, end], relative to the block
         last_k = (10 * (end + 1) - 1) // self.sr
         cuts = [self._bound(k) - pos for k in range(self._nh + 1, last_k + 1)]
+        idx = [0, *(c for c in cuts if c < m)]
+        seg = np.empty((len(self.sel), len(idx)))  # column i: energy of samples idx[i]:idx[i+1]
+        for row, c in enumerate(self.sel):
+            y = self.kw.channel(row, x[c])
+            seg[row] = np.add.reduceat(y * y, idx)
         self.n = end
         if not cuts:
-            self._acc = self._acc + sq.sum(axis=1)
+            self._acc = self._acc + seg[:, 0]
             return
-        idx = [0, *(c for c in cuts if c < m)]
-        seg = np.add.reduceat(sq, idx, axis=1)  # column i: sq[:, idx[i]:idx[i+1]]
         done = seg[:, : len(cuts)].T.copy()
         done[0] += self._acc
         self._append(done)
@@ -549,7 +555,7 @@ def _kweighted_loudness(x: np.ndarray, sr: int) -> float:
     ch = _as_channels(x)
     sel, gains = _bs1770_select(ch.shape[0])
     # The meter's own K-weighting, so both paths weight identically.
-    data = KWeighting(sr, len(sel))(np.asarray(ch[sel], dtype=np.float64))
+    data = KWeighting(sr, len(sel))(ch[sel])
     ms = float(np.sum(np.mean(np.square(data), axis=1) * gains))
     return -0.691 + 10.0 * np.log10(ms) if ms > 0 else float("-inf")
 

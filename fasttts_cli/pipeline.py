@@ -47,7 +47,7 @@ AUDIO_EXTS = (".wav", ".flac", ".m4a", ".mp3", ".opus")
 UNTIMED_PAUSE = 0.5  # seconds between lines of untimed input (plain text)
 # Frames per block in the assembly (timeline, mix, loudness passes): bounds memory on long inputs; a
 # programme shorter than this is one block. Tests lower it to exercise block edges.
-ASSEMBLY_BLOCK = 1 << 19
+ASSEMBLY_BLOCK = 1 << 18
 
 
 # ---- options and results -------------------------------------------------------------------------

@@ -247,3 +247,30 @@ def test_reorder_kv_rows(idx: list[int]) -> None:
         got, m = dec._reorder(arrays, mask, np.asarray(idx))
         assert all(np.array_equal(g, w) for g, w in zip(got, want, strict=True))
         assert np.array_equal(m, mask[idx])
+
+
+# ----------------------------------------------------------------------------------------- sessions
+
+
+def test_ort_session_interface(trunk: Trunk, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fasttts_cli.errors import MissingDependencyError
+    from fasttts_cli.indextts2.sessions import Session, open_session
+
+    sess = trunk.decoder.session
+    assert isinstance(sess, Session)
+    names = {i.name for i in sess.inputs}
+    assert {dec.INPUTS_EMBEDS, dec.ATTENTION_MASK, *dec.past_names(trunk.uv.cfg.layers)} == names
+    emb_info = next(i for i in sess.inputs if i.name == dec.INPUTS_EMBEDS)
+    assert emb_info.dtype == "float32" and emb_info.shape[-1] == trunk.uv.cfg.model_dim
+    d = trunk.decoder
+    x = np.zeros((1, 2, d.emb.model_dim), np.float64)  # cast to the graph's float32
+    feeds = {dec.INPUTS_EMBEDS: x, dec.ATTENTION_MASK: np.ones((1, 2), np.int32)}
+    feeds.update(zip(dec.past_names(d.layers), d.empty_kv(1), strict=True))
+    out = sess.run([dec.LOGITS], feeds)
+    assert list(out) == [dec.LOGITS] and out[dec.LOGITS].shape == (1, 1, d.emb.mel_embedding.shape[0])
+    with pytest.raises(ValueError, match="missing inputs"):
+        sess.run(None, {dec.INPUTS_EMBEDS: x})
+    monkeypatch.setenv("FASTTTS_THREADS", "3")
+    assert SessionOptions().resolved_threads() == 3 and SessionOptions(threads=1).resolved_threads() == 1
+    with pytest.raises(MissingDependencyError, match="torch"):
+        open_session("x.onnx", "torch")

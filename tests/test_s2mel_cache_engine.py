@@ -51,7 +51,7 @@ def test_calibrate_engine_folder(parity_case: ParityCase, parity_checkpoint: Pat
 
     voice = parity_case.folder / "ref.wav"
     engine = IndexTTS2Engine.load(engine_dir, threads=1)
-    rows = engine_rows(engine, [voice], ["HELLO WORLD."], seed=3)
+    rows = engine_rows(engine, [voice], ["HELLO WORLD."], seed=3, max_codes=12)
     # T0 on the pieces == the engine's single-graph CFG step, on the engine's own CFM inputs
     b = stack_rows(rows[:1], 3)
     pieces = po.OrtPieces.load(engine_dir / PIECES_DIR, threads=1)
@@ -64,7 +64,9 @@ def test_calibrate_engine_folder(parity_case: ParityCase, parity_checkpoint: Pat
     assert DIT_CFG_STEP in engine.manifest.components
     assert np.abs(got - want).max() <= 1e-5 * max(1.0, float(np.abs(want).max()))
 
-    ps = calibrate(engine_dir, [voice], ["HELLO WORLD."], ["T4"], seed=3, threads=1, max_trials=8)
+    ps = calibrate(
+        engine_dir, [voice], ["HELLO WORLD."], ["T4"], seed=3, threads=1, max_codes=12, max_trials=8
+    )
     assert ps.engine_id == engine_identity(read_manifest(engine_dir))
     assert read_policy_set(engine_dir) == ps
     s2 = engine.preset.s2mel

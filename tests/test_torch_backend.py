@@ -31,7 +31,9 @@ from fasttts_cli.torch_backend.sampling_torch import (  # noqa: E402
 from fasttts_cli.torch_backend.static_cache import StaticKVCache, trunk_cached, trunk_full  # noqa: E402
 
 CUDA = torch.cuda.is_available()
-needs_cuda = pytest.mark.skipif(not CUDA, reason="CUDA graphs and half-precision GPU kernels need a CUDA device")
+needs_cuda = pytest.mark.skipif(
+    not CUDA, reason="CUDA graphs and half-precision GPU kernels need a CUDA device"
+)
 V = 8194
 
 
@@ -61,7 +63,8 @@ class _TrunkSession:
     def run(self, outputs, feeds):
         n = self.uv.cfg.layers
         past = tuple(
-            (torch.from_numpy(feeds[f"past_key_{i}"]), torch.from_numpy(feeds[f"past_value_{i}"])) for i in range(n)
+            (torch.from_numpy(feeds[f"past_key_{i}"]), torch.from_numpy(feeds[f"past_value_{i}"]))
+            for i in range(n)
         )
         with torch.no_grad():
             lg, h, pres = self.uv.trunk(
@@ -78,7 +81,9 @@ class _TrunkSession:
 
 def _host(uv) -> dec.HostEmbeddings:
     t = uv.host_tables()
-    return dec.HostEmbeddings(*(t[k].numpy() for k in ("text_embedding", "text_pos", "mel_embedding", "mel_pos", "speed_emb")))
+    return dec.HostEmbeddings(
+        *(t[k].numpy() for k in ("text_embedding", "text_pos", "mel_embedding", "mel_pos", "speed_emb"))
+    )
 
 
 def _prefixes(uv, lengths=(5, 9, 3), seed=0) -> list[np.ndarray]:
@@ -150,7 +155,7 @@ def test_process_scores_equal_numpy(beams: int, do_sample: bool) -> None:
     rng = np.random.default_rng(5)
     logits = (rng.standard_normal((4, V)) * 3).astype(np.float32)
     logits[1, :40] = 7.0  # ties at the top-k boundary survive
-    hist = [[1, 8192, 5, 9], [1, 8192], [1, 8192, 3] + list(range(100, 140)), [1, 8192, 7]]
+    hist = [[1, 8192, 5, 9], [1, 8192], [1, 8192, 3, *range(100, 140)], [1, 8192, 7]]
     seen = history_mask(hist, V)
     params = [
         SamplingParams(num_beams=beams, do_sample=do_sample),
@@ -198,7 +203,9 @@ def test_device_noise_sampling_follows_probabilities() -> None:
 
 def _numpy_reference(uv, prefixes, params, seeds):
     ref = dec.GPTDecoder(_TrunkSession(uv), _host(uv), layers=uv.cfg.layers, heads=uv.cfg.heads)
-    return ref.generate(prefixes, [LineDecoder(p, np.random.default_rng(s)) for p, s in zip(params, seeds, strict=True)])
+    return ref.generate(
+        prefixes, [LineDecoder(p, np.random.default_rng(s)) for p, s in zip(params, seeds, strict=True)]
+    )
 
 
 @pytest.mark.parametrize(("beams", "do_sample"), [(1, True), (1, False), (3, True), (3, False)])
@@ -279,7 +286,9 @@ def test_latents_equal_uv_latent_batched(uv) -> None:
     tg = TorchGPT(copy.deepcopy(uv))
     got = tg.latents(prefixes, codes)
     for i in range(2):
-        want = uv.latent(lat[i : i + 1], ev[i : i + 1], torch.from_numpy(ids[i])[None], torch.from_numpy(codes[i])[None])
+        want = uv.latent(
+            lat[i : i + 1], ev[i : i + 1], torch.from_numpy(ids[i])[None], torch.from_numpy(codes[i])[None]
+        )
         torch.testing.assert_close(got[i], want[0], rtol=0, atol=2e-5)
 
 
@@ -297,7 +306,14 @@ def _cfm_inputs(seed: int = 0):
     mu = torch.randn(3, 50, 32, generator=g)
     for i in range(3):
         mu[i, x_lens[i] :] = 0
-    return mu, x_lens, torch.randn(3, 80, 20, generator=g), p_lens, torch.randn(3, 192, generator=g), torch.randn(3, 80, 50, generator=g)
+    return (
+        mu,
+        x_lens,
+        torch.randn(3, 80, 20, generator=g),
+        p_lens,
+        torch.randn(3, 192, generator=g),
+        torch.randn(3, 80, 50, generator=g),
+    )
 
 
 def test_cfm_equals_build_solve_per_row(s2mel) -> None:
@@ -389,6 +405,7 @@ def test_presets_and_precision_mapping() -> None:
 # ------------------------------------------------------------------------------------ CUDA only
 
 
+@pytest.mark.gpu
 @needs_cuda
 def test_cuda_graph_decode_equals_eager(uv) -> None:
     prefixes = _prefixes(uv, (5, 9, 3, 6))
@@ -401,19 +418,25 @@ def test_cuda_graph_decode_equals_eager(uv) -> None:
     assert all(np.array_equal(x.codes, y.codes) for x, y in zip(a, b, strict=True))
 
 
+@pytest.mark.gpu
 @needs_cuda
 def test_cuda_fp16_forced_close_to_fp32(uv) -> None:
     prefix, codes = _prefixes(uv, (6,))[0], np.arange(10, 30)
-    l32, h32 = TorchGPT(copy.deepcopy(uv), device="cuda").forced(prefix, codes)
-    l16, h16 = TorchGPT(copy.deepcopy(uv), dtype=torch.float16, device="cuda").forced(prefix, codes)
+    _, h32 = TorchGPT(copy.deepcopy(uv), device="cuda").forced(prefix, codes)
+    _, h16 = TorchGPT(copy.deepcopy(uv), dtype=torch.float16, device="cuda").forced(prefix, codes)
     assert float((h16 - h32).norm() / h32.norm()) < 5e-3
 
 
+@pytest.mark.gpu
 @needs_cuda
 def test_cuda_graph_cfm_and_vocoder_equal_eager(s2mel) -> None:
     inputs = [t.cuda() for t in _cfm_inputs(2)]
-    a = TorchS2Mel(copy.deepcopy(s2mel), device="cuda", settings=S2MelSettings(use_graphs=False)).cfm(*inputs, steps=4)
-    b = TorchS2Mel(copy.deepcopy(s2mel), device="cuda", settings=S2MelSettings(use_graphs=True)).cfm(*inputs, steps=4)
+    a = TorchS2Mel(copy.deepcopy(s2mel), device="cuda", settings=S2MelSettings(use_graphs=False)).cfm(
+        *inputs, steps=4
+    )
+    b = TorchS2Mel(copy.deepcopy(s2mel), device="cuda", settings=S2MelSettings(use_graphs=True)).cfm(
+        *inputs, steps=4
+    )
     torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
     v = random_bigvgan("tiny")
     mels = [torch.randn(80, n, device="cuda") for n in (10, 7)]
@@ -421,3 +444,19 @@ def test_cuda_graph_cfm_and_vocoder_equal_eager(s2mel) -> None:
     wb = TorchVocoder(copy.deepcopy(v), device="cuda", settings=S2MelSettings(use_graphs=True))(mels)
     for x, y in zip(wa, wb, strict=True):
         torch.testing.assert_close(x, y, rtol=0, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_bench_runs_tiny_on_cpu(tmp_path) -> None:
+    import json
+
+    from fasttts_cli.torch_backend.bench_gpu import main
+
+    out = tmp_path / "r.json"
+    args = "--size tiny --device cpu --skip-parity --batches 1,2 --tokens 4 --prompt-frames 12 --steps 2"
+    rc = main([*args.split(), "--repeats", "1", "--out", str(out)])
+    rep = json.loads(out.read_text())
+    assert rc == 0
+    rows = {(r["config"], r["batch"]) for r in rep["bench"]}
+    assert rows == {("eager-fp16", 1), ("eager-fp16", 2), ("ours", 1), ("ours", 2)}
+    assert all(r["total_s"] > 0 and r["audio_s"] == pytest.approx(256 * 6 / 22050) for r in rep["bench"])

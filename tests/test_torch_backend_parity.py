@@ -1,5 +1,6 @@
-"""The torch backend's stages against the original's parity vectors (fp32 at the README's tolerances; bf16 at
-the stated half-precision tolerances), and a whole line through `TorchSynthesizer` on the parity checkpoint."""
+"""The torch backend's stages against the original's parity vectors (fp32 at the README's tolerances;
+bf16 at the stated half-precision tolerances), and a whole line through `TorchSynthesizer` on the parity
+checkpoint."""
 
 from __future__ import annotations
 

@@ -121,8 +121,8 @@ def test_checkpoint_names_shapes_dtypes(parity_case: ParityCase, tmp_path: Path)
         "transformer.position_embedding.weight": (mel_rows + text_rows + 1, d),
         "transformer.ln_f.weight": (d,),
         "transformer.ln_f.bias": (d,),
-        "final_norm.weight": (d,),
-        "final_norm.bias": (d,),
+        "transformer.final_norm.weight": (d,),
+        "transformer.final_norm.bias": (d,),
         "lm_head.weight": (n_mel, d),
         "lm_head.bias": (n_mel,),
     }

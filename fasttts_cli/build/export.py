@@ -456,12 +456,16 @@ def _io_shapes(path: Path) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
 
 
 def _file_sha256(path: Path) -> str:
+    """sha256 of a component: the graph file and, when present, its external-data file."""
     import hashlib
 
     h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
+    for p in (path, path.with_name(path.name + ".data")):
+        if not p.is_file():
+            continue
+        with open(p, "rb") as f:
+            for block in iter(lambda: f.read(1 << 22), b""):
+                h.update(block)
     return h.hexdigest()
 
 

@@ -20,12 +20,13 @@ A stock GPT-2 engine cannot run UnifiedVoice as is; four adaptations make it fit
    LayerNorm is not affine in its input (it divides by the input's own standard deviation), so
    `final_norm` can neither be folded into `ln_f`'s scale/bias nor into the head's weights: it stays a
    real second LayerNorm on the head's input path. The checkpoint keeps `transformer.ln_f` (= gpt.ln_f)
-   and adds `final_norm.{weight,bias}` and a biased `lm_head` (mel_head has a bias; stock GPT heads do
-   not), under the architecture name `IndexTTS2GPTForCausalLM`: a GPTForCausalLM whose head path is
-   LayerNorm(final_norm) -> Linear(bias) and which marks the post-final_norm hidden state as an output
-   (the s2mel latent). The public port keeps only one of the two norms; `reference_forward` below is the
-   executable definition of what the engine must compute, and the equivalence test checks it against
-   the parity vectors.
+   and adds `transformer.final_norm.{weight,bias}` and a biased `lm_head` (mel_head has a bias; stock
+   GPT heads do not), under the architecture name `IndexTTS2GPTForCausalLM`: a GPTForCausalLM whose
+   GPTModel applies final_norm right after ln_f, whose head is Linear(bias) over the 8194 mel codes,
+   and which marks the post-final_norm hidden state as an output (the s2mel latent). That model class
+   (TensorRT-LLM side) is not written yet. The public port keeps only one of the two norms;
+   `reference_forward` below is the executable definition of what the engine must compute, and the
+   equivalence test checks it against the parity vectors.
 
 **The latent** is a second, teacher-forced context pass over `[conds | text | start, c_0..c_{n-1}, stop]`
 with mel positions 0..n+1 (`latent_inputs`); the hidden states seen during generation sit at positions
@@ -246,8 +247,8 @@ def convert_weights(state: Mapping[str, np.ndarray], layers: int) -> dict[str, n
         w[f"{dst}.mlp.proj.bias"] = state[f"{src}.mlp.c_proj.bias"]
     w["transformer.ln_f.weight"] = state["gpt.ln_f.weight"]
     w["transformer.ln_f.bias"] = state["gpt.ln_f.bias"]
-    w["final_norm.weight"] = state["final_norm.weight"]
-    w["final_norm.bias"] = state["final_norm.bias"]
+    w["transformer.final_norm.weight"] = state["final_norm.weight"]
+    w["transformer.final_norm.bias"] = state["final_norm.bias"]
     w["lm_head.weight"] = state["mel_head.weight"]  # nn.Linear: already (out, in)
     w["lm_head.bias"] = state["mel_head.bias"]
     return {k: np.ascontiguousarray(np.asarray(v, dtype=np.float32)) for k, v in w.items()}
@@ -483,7 +484,7 @@ def reference_forward(
         f = _gelu_new(h @ w(f"{p}.mlp.fc.weight").T + w(f"{p}.mlp.fc.bias"))
         x = x + f @ w(f"{p}.mlp.proj.weight").T + w(f"{p}.mlp.proj.bias")
     x = _ln(x, w("transformer.ln_f.weight"), w("transformer.ln_f.bias"), eps)
-    x = _ln(x, w("final_norm.weight"), w("final_norm.bias"), eps)
+    x = _ln(x, w("transformer.final_norm.weight"), w("transformer.final_norm.bias"), eps)
     logits = x @ w("lm_head.weight").T + w("lm_head.bias")
     return x, logits
 

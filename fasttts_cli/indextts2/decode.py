@@ -297,7 +297,8 @@ def _reorder(kv: KV, mask: np.ndarray, idx: np.ndarray) -> tuple[KV, np.ndarray]
         changed = np.flatnonzero(idx != np.arange(rows))
         if changed.size == 0:
             return kv, mask
-        if all(a.flags.writeable for a in kv):
+        # in place only for host numpy arrays (a device tensor, e.g. sessions_cuda's, gathers itself)
+        if all(isinstance(a, np.ndarray) and a.flags.writeable for a in kv):
             src = idx[changed]
             for a in kv:
                 a[changed] = a[src]  # the right side is gathered into a new array first

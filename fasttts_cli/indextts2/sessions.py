@@ -146,18 +146,22 @@ def _info(node: object) -> TensorInfo:
 def open_session(
     path: Path | str, backend: str = "onnxruntime-cpu", options: SessionOptions | None = None
 ) -> Session:
-    """Open a component for `backend` (the manifest's per-component backend name)."""
+    """Open a component for `backend` (the manifest's per-component backend name).
+
+    onnxruntime-cuda uses IO binding with the KV cache kept on the GPU (sessions_cuda); tensorrt runs a
+    `.plan` (sessions_trt). Both import their GPU stacks only here, so CPU installs never touch them.
+    """
     if backend == "onnxruntime-cpu":
         return OrtSession(path, options)
     if backend == "onnxruntime-cuda":
-        o = options or SessionOptions()
-        return OrtSession(
-            path,
-            SessionOptions(
-                o.threads,
-                o.inter_op_threads,
-                o.graph_optimization,
-                ("CUDAExecutionProvider", "CPUExecutionProvider"),
-            ),
-        )
-    raise MissingDependencyError(f"backend {backend!r} is not available in this runtime yet")
+        from fasttts_cli.indextts2.sessions_cuda import CudaOrtSession
+
+        return CudaOrtSession(path, options)
+    if backend == "tensorrt":
+        from fasttts_cli.indextts2.sessions_trt import TrtSession
+
+        return TrtSession(path, options)
+    raise MissingDependencyError(
+        f"{path}: backend {backend!r} has no Session in this runtime",
+        hint="use an engine built for onnxruntime-cpu, onnxruntime-cuda or tensorrt",
+    )

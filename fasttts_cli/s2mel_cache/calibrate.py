@@ -443,15 +443,16 @@ def calibrate_ort(
 
 
 def engine_rows(
-    engine: Any, voices: Sequence[Any], texts: Sequence[str], seed: int = 0
+    engine: Any, voices: Sequence[Any], texts: Sequence[str], seed: int = 0, max_codes: int | None = None
 ) -> list[dict[str, np.ndarray]]:
     """Calibration lines from an engine: every voice with every text (first text segment), codes sampled
-    with the engine's preset from per-line generators seeded from `seed`, then the s2mel content and
-    the CFM inputs exactly as synthesis builds them."""
+    with the engine's preset (at most `max_codes`) from per-line generators seeded from `seed`, then the
+    s2mel content and the CFM inputs exactly as synthesis builds them."""
     from fasttts_cli.indextts2.engine import segment_seed_generator
     from fasttts_cli.indextts2.synthesizer import line_options
 
-    params = line_options(engine.preset, {}).sampling(engine.tokens.stop_mel, engine.max_codes)
+    over = {} if max_codes is None else {"max_tokens": int(max_codes)}
+    params = line_options(engine.preset, over).sampling(engine.tokens.stop_mel, engine.max_codes)
     rows = []
     for i, (voice, text) in enumerate((v, t) for v in voices for t in texts):
         speaker = engine.speaker_audio(voice)
@@ -481,6 +482,7 @@ def calibrate(
     *,
     seed: int = 0,
     threads: int | None = None,
+    max_codes: int | None = None,
     write: bool = True,
     progress: Callable[[str], None] | None = None,
     **options: Any,
@@ -488,6 +490,7 @@ def calibrate(
     """`fasttts calibrate --engine DIR --voice REF.wav ... --text "..."`: calibrate the engine's own
     pieces (`s2mel_pieces/`, see export_pieces) on a few lines of the user's voices and texts, for the
     s2mel steps/schedule/CFG rate of the engine's preset, and write the policy into the engine folder.
+    `max_codes` caps each calibration line's generated codes (shorter lines calibrate faster).
     `options` go to calibrate_ort (group_first, max_trials, head_branch_skip)."""
     from pathlib import Path
 
@@ -500,7 +503,7 @@ def calibrate(
     engine = IndexTTS2Engine.load(folder, threads=threads)
     pieces = OrtPieces.load(folder / PIECES_DIR, threads=threads, diag=True)
     s2 = engine.preset.s2mel
-    rows = engine_rows(engine, voices, texts, seed)
+    rows = engine_rows(engine, voices, texts, seed, max_codes)
     if progress:
         progress(f"calibrating on {len(rows)} lines, {sum(r['mu'].shape[0] for r in rows)} frames")
     ps, _ = calibrate_ort(

@@ -26,6 +26,7 @@ import copy
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -106,7 +107,16 @@ class Workload:
     z: torch.Tensor  # (B, 80, Tm + Tg)
 
 
-def make_workload(uv: Any, s2: Any, batch: int, tokens: int, prompt_frames: int, text_tokens: int, dev: torch.device, seed: int = 0) -> Workload:
+def make_workload(
+    uv: Any,
+    s2: Any,
+    batch: int,
+    tokens: int,
+    prompt_frames: int,
+    text_tokens: int,
+    dev: torch.device,
+    seed: int = 0,
+) -> Workload:
     g = np.random.default_rng(seed)
     d = uv.cfg.model_dim
     p = uv.cfg.n_conds + text_tokens + 2
@@ -129,12 +139,15 @@ def make_workload(uv: Any, s2: Any, batch: int, tokens: int, prompt_frames: int,
 # ------------------------------------------------------------------------------------------ ours
 
 
-def run_ours(gpt: TorchGPT, s2m: TorchS2Mel, voc: TorchVocoder, w: Workload, tokens: int, steps: int) -> BenchRow:
+def run_ours(
+    gpt: TorchGPT, s2m: TorchS2Mel, voc: TorchVocoder, w: Workload, tokens: int, steps: int, beams: int = 1
+) -> BenchRow:
     dev = gpt.device
     b = len(w.prefixes)
-    p = SamplingParams(num_beams=1, max_tokens=tokens)
-    row = BenchRow("ours", b, tokens, 256 * int(np.float32(tokens) * np.float32(CODE_TO_FRAMES)) / SR)
-    _, row.prefill_ms = _timed(dev, lambda: gpt._prefill(w.prefixes, tokens + 1))
+    p = SamplingParams(num_beams=beams, max_tokens=tokens)
+    name = "ours" if beams == 1 else f"ours-{beams}beam"
+    row = BenchRow(name, b, tokens, 256 * int(np.float32(tokens) * np.float32(CODE_TO_FRAMES)) / SR)
+    _, row.prefill_ms = _timed(dev, lambda: gpt._prefill(w.prefixes, tokens + 1, b * beams))
     dec, row.gpt_s = _timed(dev, lambda: gpt.generate(w.prefixes, [p] * b, list(range(b)), ignore_stop=True))
     row.decode_ms_per_token = (row.gpt_s - row.prefill_ms) / tokens * 1e3
     row.prefill_ms *= 1e3
@@ -151,18 +164,22 @@ def run_ours(gpt: TorchGPT, s2m: TorchS2Mel, voc: TorchVocoder, w: Workload, tok
     x, t = _timed(dev, lambda: s2m.cfm(mu, x_lens, w.prompt_mel, p_lens, w.style, w.z, steps=steps))
     row.cfm_ms, row.cfm_step_ms = t * 1e3, t * 1e3 / steps
     mels = s2m.mels(x, p_lens, x_lens)
-    _, t = _timed(dev, lambda: voc(mels))
+    wavs, t = _timed(dev, lambda: voc(mels))
     row.vocoder_ms = t * 1e3
     row.total_s = row.gpt_s + (row.latent_ms + row.content_ms + row.cfm_ms + row.vocoder_ms) / 1e3
+    row.extra["finite"] = bool(torch.isfinite(x).all()) and all(bool(torch.isfinite(v).all()) for v in wavs)
     return row
 
 
 # ------------------------------------------------------------------------------------------ eager baseline
 
 
-def eager_generate(uv16: Any, prefixes: list[np.ndarray], tokens: int, seed: int = 0) -> tuple[list[torch.Tensor], float]:
+def eager_generate(
+    uv16: Any, prefixes: list[np.ndarray], tokens: int, seed: int = 0
+) -> tuple[list[torch.Tensor], float]:
     """HF-style eager decoding in fp16 on the same modules: `UnifiedVoice.trunk` with a concatenating KV
-    cache, processors and multinomial sampling on the device, stop token masked. Returns (codes, prefill s)."""
+    cache, processors and multinomial sampling on the device, stop token masked.
+    Returns (codes, prefill seconds)."""
     c = uv16.cfg
     dev = uv16.mel_head.weight.device
     b = len(prefixes)
@@ -173,7 +190,7 @@ def eager_generate(uv16: Any, prefixes: list[np.ndarray], tokens: int, seed: int
         x[i, pmax - pr.shape[0] : pmax] = torch.from_numpy(pr).to(dev)
         mask[i, pmax - pr.shape[0] :] = 1
     start = torch.full((b, 1), c.start_mel_token, device=dev)
-    x[:, pmax :] = uv16.mel_input_embedding(start, torch.zeros_like(start))
+    x[:, pmax:] = uv16.mel_input_embedding(start, torch.zeros_like(start))
     torch.manual_seed(seed)
     _sync(dev)
     t0 = time.perf_counter()
@@ -219,7 +236,9 @@ def run_eager(uv16: Any, s2: Any, bv: Any, w: Workload, tokens: int, steps: int)
                 mel = uv16.mel_input_embedding(ids[None], pos[None])[0]
                 seqs.append(torch.cat([torch.from_numpy(pr).to(dev).half(), mel], 0))
             x = torch.stack(seqs)  # equal lengths in the bench
-            _, hidden, _ = uv16.trunk(x, torch.ones(x.shape[:2], dtype=torch.long, device=dev), logits_for="none")
+            _, hidden, _ = uv16.trunk(
+                x, torch.ones(x.shape[:2], dtype=torch.long, device=dev), logits_for="none"
+            )
             return hidden[:, -tokens - 2 : -2].float()
 
         lat, t = _timed(dev, latent)
@@ -254,18 +273,14 @@ def run_parity(parity_dir: Path, dev: torch.device, precisions: list[str]) -> tu
 
     missing = [m for m in ("yaml", "safetensors") if importlib.util.find_spec(m) is None]
     if missing:
-        return [], f"parity skipped: python packages {', '.join(missing)} are missing (carry their wheels in .whl/)"
+        return (
+            [],
+            f"parity skipped: python packages {', '.join(missing)} are missing (carry their wheels in .whl/)",
+        )
     vectors = sorted(parity_dir.glob("vectors_*.npz"))
     maker = parity_dir / "make_checkpoint.py"
     if not vectors or not maker.is_file():
         return [], f"parity skipped: no vectors_*.npz / make_checkpoint.py in {parity_dir}"
-    import yaml
-
-    from fasttts_cli.build.bigvgan import load_bigvgan
-    from fasttts_cli.build.s2mel import load_s2mel
-    from fasttts_cli.build.unified_voice import load_unified_voice
-    from fasttts_cli.torch_backend.parity_torch import check_case, format_checks
-
     out: list[dict] = []
     text = []
     cases = []
@@ -279,6 +294,21 @@ def run_parity(parity_dir: Path, dev: torch.device, precisions: list[str]) -> tu
         cases.append((npz.stem, arrays, int(side["checkpoint"]["weight_seed"])))
     ckpts: dict[int, Path] = {}
     root = Path(tempfile.mkdtemp(prefix="fasttts-parity-"))
+    try:
+        _parity_cases(cases, ckpts, root, maker, parity_dir, dev, precisions, out, text)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return out, ""
+
+
+def _parity_cases(cases, ckpts, root, maker, parity_dir, dev, precisions, out, text) -> None:  # type: ignore[no-untyped-def]
+    import yaml
+
+    from fasttts_cli.build.bigvgan import load_bigvgan
+    from fasttts_cli.build.s2mel import load_s2mel
+    from fasttts_cli.build.unified_voice import load_unified_voice
+    from fasttts_cli.torch_backend.parity_torch import check_case, format_checks
+
     for name, arrays, seed in cases:
         if seed not in ckpts:
             ck = root / f"seed{seed}"
@@ -288,7 +318,9 @@ def run_parity(parity_dir: Path, dev: torch.device, precisions: list[str]) -> tu
                 check=True,
                 stdout=subprocess.DEVNULL,
             )
-            print(f"parity checkpoint seed {seed} regenerated in {time.perf_counter() - t0:.1f} s", flush=True)
+            print(
+                f"parity checkpoint seed {seed} regenerated in {time.perf_counter() - t0:.1f} s", flush=True
+            )
             ckpts[seed] = ck
         ck = ckpts[seed]
         cfg = yaml.safe_load((ck / "config.yaml").read_text(encoding="utf-8"))
@@ -302,7 +334,6 @@ def run_parity(parity_dir: Path, dev: torch.device, precisions: list[str]) -> tu
             text.append(format_checks(checks, title))
             print(text[-1], flush=True)
             out += [{"case": name, "precision": prec, **asdict(c)} for c in checks]
-    return out, ""
 
 
 # ------------------------------------------------------------------------------------------ main
@@ -343,7 +374,11 @@ def _targets(rows: list[BenchRow]) -> list[str]:
     o1, e1 = by.get(("ours", 1)), by.get(("eager-fp16", 1))
     o16, e16 = by.get(("ours", 16)), by.get(("eager-fp16", 16))
     if o1:
-        line("GPT decode <= 4 ms/token at batch 1", o1.decode_ms_per_token <= 4.0, f"{o1.decode_ms_per_token:.2f} ms")
+        line(
+            "GPT decode <= 4 ms/token at batch 1",
+            o1.decode_ms_per_token <= 4.0,
+            f"{o1.decode_ms_per_token:.2f} ms",
+        )
         line("whole-line RTF <= 0.05 at batch 1", o1.rtf <= 0.05, f"{o1.rtf:.4f}")
         if e1:
             line(
@@ -354,7 +389,11 @@ def _targets(rows: list[BenchRow]) -> list[str]:
     if o16:
         line(">= 30x real time aggregate at batch 16", o16.x_realtime >= 30, f"{o16.x_realtime:.1f}x")
         if e16:
-            line(">= 3x the eager fp16 baseline at batch 16", e16.rtf >= 3 * o16.rtf, f"x{e16.rtf / o16.rtf:.1f}")
+            line(
+                ">= 3x the eager fp16 baseline at batch 16",
+                e16.rtf >= 3 * o16.rtf,
+                f"x{e16.rtf / o16.rtf:.1f}",
+            )
     return out
 
 
@@ -373,6 +412,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", default="full", choices=("full", "tiny"))
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--repeats", type=int, default=2, help="timed runs per config (the fastest is kept)")
+    ap.add_argument(
+        "--beam3-batches",
+        default="1,16",
+        help="batches also run with 3 beams (ours; informational, '' = none)",
+    )
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
     dev = torch.device(args.device)
@@ -428,32 +472,39 @@ def main(argv: list[str] | None = None) -> int:
         if dev.type == "cuda":
             torch.cuda.empty_cache()
 
-    gpt = TorchGPT(uv, dtype=dt, device=dev, settings=DecodeSettings(max_lines=max_b, max_beams=1))
+    beam3 = [int(x) for x in args.beam3_batches.split(",") if x and int(x) <= max_b]
+    dset = DecodeSettings(max_lines=max_b, max_beams=3 if beam3 else 1)
+    gpt = TorchGPT(uv, dtype=dt, device=dev, settings=dset)
     s2m = TorchS2Mel(s2, dtype=dt, device=dev, settings=S2MelSettings(max_rows=max_b))
     voc = TorchVocoder(bv, device=dev, settings=S2MelSettings(max_rows=max_b))
-    for b in batches:
+    for b, nb in [(b, 1) for b in batches] + [(b, 3) for b in beam3]:
         w = make_workload(uv, s2, b, args.tokens, args.prompt_frames, args.text_tokens, dev, seed=b)
         with torch.inference_mode():
             if dev.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(dev)
-            warm, t_warm = _timed(dev, lambda: run_ours(gpt, s2m, voc, w, args.tokens, args.steps))
+            _, t_warm = _timed(
+                dev, lambda w=w, nb=nb: run_ours(gpt, s2m, voc, w, args.tokens, args.steps, nb)
+            )
             best = None
             for _ in range(args.repeats):
-                r = run_ours(gpt, s2m, voc, w, args.tokens, args.steps)
+                r = run_ours(gpt, s2m, voc, w, args.tokens, args.steps, nb)
                 if best is None or r.total_s < best.total_s:
                     best = r
             assert best is not None
             best.warmup_s = t_warm
             if dev.type == "cuda":
                 best.peak_gb = torch.cuda.max_memory_allocated(dev) / 2**30
-            best.extra = {
-                "graphs": gpt.graphs.captures + s2m.graphs.captures + voc.graphs.captures,
-                "kv_cache_gb": (gpt.cache.nbytes() / 2**30) if gpt.cache is not None else 0.0,
-            }
+            best.extra.update(
+                graphs=gpt.graphs.captures + s2m.graphs.captures + voc.graphs.captures,
+                graph_failures=[str(k) for g in (gpt.graphs, s2m.graphs, voc.graphs) for k in g.failures],
+                kv_cache_gb=round(gpt.cache.nbytes() / 2**30, 3) if gpt.cache is not None else 0.0,
+            )
         rows.append(best)
         print(_fmt_table([best]).splitlines()[-1], flush=True)
 
-    report["bench"] = [{**asdict(r), "rtf": r.rtf, "x_realtime": r.x_realtime, "lines_per_s": r.lines_per_s} for r in rows]
+    report["bench"] = [
+        {**asdict(r), "rtf": r.rtf, "x_realtime": r.x_realtime, "lines_per_s": r.lines_per_s} for r in rows
+    ]
     failed = [p for p in parity if not p["ok"]]
     print()
     print(f"== torch backend acceptance on {env['device']} (torch {env['torch']}, CUDA {env['cuda']})")
@@ -464,10 +515,16 @@ def main(argv: list[str] | None = None) -> int:
     if parity:
         print(f"   parity: {len(parity) - len(failed)}/{len(parity)} checks within tolerance")
         for p in failed:
-            print(f"   FAILED parity {p['case']} {p['precision']} {p['stage']} {p['what']}: {p['value']:.3e} > {p['tol']:.1e}")
+            print(
+                f"   FAILED parity {p['case']} {p['precision']} {p['stage']} {p['what']}: "
+                f"{p['value']:.3e} > {p['tol']:.1e}"
+            )
     elif "parity_skipped" in report:
         print(f"   {report['parity_skipped']}")
     print(_fmt_table(rows))
+    for r in rows:
+        if r.extra:
+            print(f"   {r.config} B{r.batch}: " + ", ".join(f"{k}={v}" for k, v in r.extra.items()))
     print("   targets (issue 6, H200):")
     for t in _targets(rows):
         print(t)

@@ -81,15 +81,19 @@ class TorchGPT:
         """Most codes a line can have: code k sits at mel position k + 2 < rows of the position table."""
         return self.cfg.mel_pos_rows - 2
 
-    def ensure_cache(self, length: int) -> StaticKVCache:
-        """A cache of max_rows x >= length columns (grown in length steps; graphs dropped on regrowth)."""
+    def ensure_cache(self, length: int, rows: int) -> StaticKVCache:
+        """A cache of >= rows (a bucket) x >= length columns (a length step). It only grows, and growing
+        drops the captured graphs (they point at the old buffers); steady state reuses one allocation."""
         length = round_up(length, self.settings.length_step)
-        if self.cache is None or self.cache.length < length:
+        rows = bucket(rows, self.buckets)
+        if self.cache is None or self.cache.length < length or self.cache.rows < rows:
+            if self.cache is not None:
+                length, rows = max(length, self.cache.length), max(rows, self.cache.rows)
             self.cache = None
             self.graphs.clear()
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
-            self.cache = StaticKVCache.for_model(self.uv, self.max_rows, length, dtype=self.dtype, device=self.device)
+            self.cache = StaticKVCache.for_model(self.uv, rows, length, dtype=self.dtype, device=self.device)
         return self.cache
 
     # ------------------------------------------------------------------------------- steps
@@ -109,13 +113,15 @@ class TorchGPT:
         x[:, pmax] = start_emb
         return x.to(self.dtype), valid
 
-    def _prefill(self, prefixes: Sequence[PrefixLike], extra: int) -> tuple[torch.Tensor, torch.Tensor, int]:
-        """Prefill rows [0, n); returns (logits (n, V) f32, hidden at the start token (n, D) f32, next col)."""
+    def _prefill(
+        self, prefixes: Sequence[PrefixLike], extra: int, rows: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """Prefill rows [0, n); returns (logits (n, V), hidden at the start token (n, D), next column)."""
         x, valid = self._prefix_batch(prefixes)
         n, t = valid.shape
         if n > self.max_rows:
             raise ValueError(f"{n} rows exceed this decoder's {self.max_rows}")
-        cache = self.ensure_cache(t + extra)
+        cache = self.ensure_cache(t + extra, max(n, rows or n))
         cache.reset()
         cache.valid[:n, :t] = valid
         cols = torch.arange(t, device=self.device)
@@ -165,7 +171,9 @@ class TorchGPT:
             raise ValueError("one params and one seed per prefix")
         for p in params:
             if p.max_tokens > self.max_codes:
-                raise ValueError(f"max_tokens {p.max_tokens} exceeds the model's {self.max_codes} mel positions")
+                raise ValueError(
+                    f"max_tokens {p.max_tokens} exceeds the model's {self.max_codes} mel positions"
+                )
             if p.num_beams > self.settings.max_beams:
                 raise ValueError(f"{p.num_beams} beams; this decoder was sized for {self.settings.max_beams}")
         out: list[Decoded | None] = [None] * len(prefixes)
@@ -193,7 +201,9 @@ class TorchGPT:
             return NumpyNoise(gens)
         if noise != "device":
             raise ValueError(f"noise must be 'device' or 'numpy', got {noise!r}")
-        ints = [int(s.integers(0, 2**63 - 1)) if isinstance(s, np.random.Generator) else int(s) for s in seeds]
+        ints = [
+            int(s.integers(0, 2**63 - 1)) if isinstance(s, np.random.Generator) else int(s) for s in seeds
+        ]
         return DeviceNoise(ints, self.device)
 
     def _generate_group(
@@ -216,8 +226,8 @@ class TorchGPT:
             **kw,
         )
         longest = max(p.max_tokens for p in params)
-        logits, _, col = self._prefill(prefixes, longest + 1)
         nb = sampler.nb
+        logits, _, col = self._prefill(prefixes, longest + 1, len(prefixes) * nb)
         if nb > 1:  # every beam of a line starts from the line's prefill row
             src = torch.arange(len(prefixes), device=self.device).repeat_interleave(nb)
             self.cache.select_rows(src, col)  # type: ignore[union-attr]
@@ -245,7 +255,9 @@ class TorchGPT:
     # ------------------------------------------------------------------------------- teacher forcing
 
     @torch.inference_mode()
-    def forced(self, prefix: PrefixLike, codes: np.ndarray | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forced(
+        self, prefix: PrefixLike, codes: np.ndarray | torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Stage 3.5 on the decode path (static cache, graphs on CUDA): logits (n+1, V) and hidden (n+1, D)
         of [prefix, start@0, c_0@2 .. c_{k-1}@k+1] for k = 0..n, float32."""
         codes_t = torch.as_tensor(np.asarray(codes, np.int64)).to(self.device)
@@ -271,7 +283,9 @@ class TorchGPT:
             ids = torch.as_tensor(np.asarray(cd, np.int64).reshape(-1)).to(dev)
             if ids.numel() + 2 > c.mel_pos_rows:
                 raise ValueError(f"{ids.numel()} codes exceed the model's mel positions")
-            mel_ids = torch.cat([ids.new_tensor([c.start_mel_token]), ids, ids.new_tensor([c.stop_mel_token])])
+            mel_ids = torch.cat(
+                [ids.new_tensor([c.start_mel_token]), ids, ids.new_tensor([c.stop_mel_token])]
+            )
             pos = torch.arange(mel_ids.numel(), device=dev)
             mel = self.uv.mel_input_embedding(mel_ids[None], pos[None])[0].to(self.dtype)
             seqs.append(torch.cat([torch.as_tensor(p, dtype=torch.float32).to(dev).to(self.dtype), mel], 0))

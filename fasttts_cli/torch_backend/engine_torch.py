@@ -58,7 +58,7 @@ def check_torch_preset(preset: Preset) -> None:
     if bad:
         raise UsageError(
             f"preset {preset.name}: components {', '.join(bad)} are not on the torch backend",
-            hint="use gpu-torch-fp16, gpu-torch-bf16 or a preset whose components all say backend = \"torch\"",
+            hint='use gpu-torch-fp16, gpu-torch-bf16 or a preset whose components all say backend = "torch"',
         )
 
 
@@ -78,7 +78,9 @@ class TorchEngine:
         self.config = cfg
         uv = modules.gpt
         c = uv.cfg
-        self.tokens = dec.GPTTokens(c.start_text_token, c.stop_text_token, c.start_mel_token, c.stop_mel_token)
+        self.tokens = dec.GPTTokens(
+            c.start_text_token, c.stop_text_token, c.start_mel_token, c.stop_mel_token
+        )
         t = uv.host_tables()
         self.embeddings = dec.HostEmbeddings(
             t["text_embedding"].numpy(),
@@ -97,7 +99,9 @@ class TorchEngine:
             settings=DecodeSettings(max_lines=int(lim.max_batch), max_beams=max(3, beams)),
         )
         s2s = S2MelSettings(max_rows=int(lim.max_batch))
-        self.s2mel = TorchS2Mel(modules.s2mel, dtype=precision_dtype(preset, "dit"), device=self.device, settings=s2s)
+        self.s2mel = TorchS2Mel(
+            modules.s2mel, dtype=precision_dtype(preset, "dit"), device=self.device, settings=s2s
+        )
         self.vocoder = TorchVocoder(modules.bigvgan, device=self.device, settings=s2s)
         self.w2v = modules.w2v_bert.to(self.device).eval()
         self.codec = modules.codec.to(self.device).eval()
@@ -122,7 +126,11 @@ class TorchEngine:
 
     @classmethod
     def load(
-        cls, checkpoint_dir: Path | str, preset: Preset | str | Path, *, device: torch.device | str | None = None
+        cls,
+        checkpoint_dir: Path | str,
+        preset: Preset | str | Path,
+        *,
+        device: torch.device | str | None = None,
     ) -> TorchEngine:
         from fasttts_cli.build.checkpoint import load_checkpoint
 
@@ -134,7 +142,8 @@ class TorchEngine:
         if self._digest is None:
             self._digest = self.modules.digest()
         build = json.dumps(self.preset.build_keys(), sort_keys=True)
-        return f"indextts2-torch@{self._digest[:16]}|{self.preset.name}|{hashlib.sha256(build.encode()).hexdigest()[:12]}"
+        build_id = hashlib.sha256(build.encode()).hexdigest()[:12]
+        return f"indextts2-torch@{self._digest[:16]}|{self.preset.name}|{build_id}"
 
     def code_identity(self) -> str:
         return f"fasttts-{__version__}.torch-{TORCH_CODE_REV}|device={self.device.type}"
@@ -278,7 +287,10 @@ class TorchEngine:
         mu = torch.stack([torch.nn.functional.pad(r, (0, 0, 0, t_len - r.shape[0])) for r in rows])
         tp = max(v.ref_mel.shape[1] for v in voices)
         prompt = torch.stack(
-            [torch.nn.functional.pad(torch.from_numpy(v.ref_mel), (0, tp - v.ref_mel.shape[1])) for v in voices]
+            [
+                torch.nn.functional.pad(torch.from_numpy(v.ref_mel), (0, tp - v.ref_mel.shape[1]))
+                for v in voices
+            ]
         )
         prompt_lens = torch.tensor([v.ref_mel.shape[1] for v in voices])
         style = torch.stack([torch.from_numpy(np.asarray(v.style, np.float32).reshape(-1)) for v in voices])
@@ -291,7 +303,14 @@ class TorchEngine:
                 z[b, :, :n] = nz[:, :n]
         with self.times.time("cfm"):
             x = self.s2mel.cfm(
-                mu, x_lens, prompt, prompt_lens, style, torch.from_numpy(z), steps=steps, cfg_rate=cfg_rate,
+                mu,
+                x_lens,
+                prompt,
+                prompt_lens,
+                style,
+                torch.from_numpy(z),
+                steps=steps,
+                cfg_rate=cfg_rate,
                 schedule=schedule,
             )
             self._sync()

@@ -6,15 +6,20 @@ buffers the caller fills before `run`), and must be idempotent (running it twice
 gives the same state): the first call for a key warms up on a side stream (as torch's CUDA graph docs
 require), captures, then replays. Shapes vary only through the key's bucket, never inside a graph.
 
-On CPU, or with `enabled=False`, `run` just calls the function: the same code path is what the CPU
-tests exercise.
+On CPU, or with `enabled=False`, or with $FASTTTS_TORCH_GRAPHS=0, `run` just calls the function: the same
+code path is what the CPU tests exercise. A bucket whose capture fails (an op that cannot be captured on
+some torch/driver version) runs eagerly from then on, with one warning; `failures` records why.
 """
 
 from __future__ import annotations
 
+import os
+import warnings
 from collections.abc import Callable, Hashable, Sequence
 
 import torch
+
+GRAPHS_ENV = "FASTTTS_TORCH_GRAPHS"
 
 
 def bucket(n: int, buckets: Sequence[int]) -> int:
@@ -48,9 +53,11 @@ class GraphRunner:
     concurrently, and everything a caller keeps is copied into its own static buffers)."""
 
     def __init__(self, enabled: bool, warmup: int = 2) -> None:
-        self.enabled = bool(enabled) and torch.cuda.is_available()
+        allowed = os.environ.get(GRAPHS_ENV, "1") != "0"
+        self.enabled = bool(enabled) and allowed and torch.cuda.is_available()
         self.warmup = warmup
         self.graphs: dict[Hashable, torch.cuda.CUDAGraph] = {}
+        self.failures: dict[Hashable, str] = {}
         self._pool = None
         self.captures = 0  # how many graphs were captured (the bench reports it)
 
@@ -60,12 +67,19 @@ class GraphRunner:
         self._pool = None
 
     def run(self, key: Hashable, fn: Callable[[], None]) -> None:
-        if not self.enabled:
+        if not self.enabled or key in self.failures:
             fn()
             return
         g = self.graphs.get(key)
         if g is None:
-            g = self._capture(fn)
+            try:
+                g = self._capture(fn)
+            except RuntimeError as e:
+                self.failures[key] = f"{type(e).__name__}: {e}"
+                warnings.warn(f"CUDA graph capture failed for {key!r}, running it eagerly: {e}", stacklevel=2)
+                torch.cuda.synchronize()
+                fn()
+                return
             self.graphs[key] = g
         g.replay()
 

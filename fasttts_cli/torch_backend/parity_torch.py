@@ -49,7 +49,9 @@ class StageCheck:
 
 
 def rel(a: Any, b: Any) -> float:
-    a = np.asarray(torch.as_tensor(a).detach().cpu().double().numpy() if isinstance(a, torch.Tensor) else a, np.float64)
+    a = np.asarray(
+        torch.as_tensor(a).detach().cpu().double().numpy() if isinstance(a, torch.Tensor) else a, np.float64
+    )
     b = np.asarray(b, np.float64)
     if a.shape != b.shape:
         raise ValueError(f"shape {a.shape} != {b.shape}")
@@ -90,7 +92,12 @@ def check_case(
     prev_tf32 = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     try:
-        gpt = TorchGPT(copy.deepcopy(uv), dtype=dt, device=dev, settings=DecodeSettings(max_lines=1, use_graphs=use_graphs))
+        gpt = TorchGPT(
+            copy.deepcopy(uv),
+            dtype=dt,
+            device=dev,
+            settings=DecodeSettings(max_lines=1, use_graphs=use_graphs),
+        )
         logits, hidden = gpt.forced(prefix, codes)
         _check(out, "3.5", "generation logits", rel(logits, a["gpt_gen_logits"]), tol["gpt"])
         _check(out, "3.5", "generation hidden", rel(hidden, a["gpt_gen_hidden"]), tol["gpt"])
@@ -101,20 +108,32 @@ def check_case(
         del gpt
 
         hist = a["gpt_gen_input_ids"][0].tolist()
-        seen = history_mask([hist + codes[:k].tolist() for k in range(len(codes) + 1)], a["gpt_gen_logits"].shape[1])
+        seen = history_mask(
+            [hist + codes[:k].tolist() for k in range(len(codes) + 1)], a["gpt_gen_logits"].shape[1]
+        )
         lg = torch.from_numpy(a["gpt_gen_logits"]).to(dev)
         sn = torch.from_numpy(seen).to(dev)
         for beams, key in ((3, "gpt_proc_beam_scores"), (1, "gpt_proc_sample_scores")):
             rp = RowParams.build([SamplingParams(num_beams=beams)] * lg.shape[0], 1, dev)
             got = process_scores(lg, sn, rp, beam_mode=beams > 1, do_sample=True).cpu().numpy()
-            _check(out, "3.6", f"processors ({'beam' if beams > 1 else 'sample'})", scores_match(got, a[key]), tol["scores"])
+            _check(
+                out,
+                "3.6",
+                f"processors ({'beam' if beams > 1 else 'sample'})",
+                scores_match(got, a[key]),
+                tol["scores"],
+            )
 
         settings = S2MelSettings(max_rows=1, use_graphs=use_graphs)
         ts = TorchS2Mel(copy.deepcopy(s2mel), dtype=dt, device=dev, settings=settings)
         n = torch.tensor([len(codes)], device=dev)
-        cond, ylens = ts.content([torch.from_numpy(a["gpt_latent"][0])], torch.from_numpy(a["s2mel_vq2emb"]), n)
+        cond, ylens = ts.content(
+            [torch.from_numpy(a["gpt_latent"][0])], torch.from_numpy(a["s2mel_vq2emb"]), n
+        )
         _check(out, "4.1", "content (fp32 by design)", rel(cond, a["s2mel_cond"]), tol["content"])
-        _check(out, "4.1", "target length mismatch", float(int(ylens[0]) != int(a["s2mel_target_len"][0])), 0.0)
+        _check(
+            out, "4.1", "target length mismatch", float(int(ylens[0]) != int(a["s2mel_target_len"][0])), 0.0
+        )
         mu = torch.from_numpy(a["s2mel_cat_condition"])
         refmel = torch.from_numpy(a["refmel"])
         x = ts.cfm(
@@ -147,5 +166,7 @@ def check_case(
 def format_checks(checks: list[StageCheck], title: str) -> str:
     lines = [title, f"  {'stage':<6}{'check':<36}{'value':>12}{'tol':>10}  ok"]
     for c in checks:
-        lines.append(f"  {c.stage:<6}{c.what:<36}{c.value:>12.3e}{c.tol:>10.1e}  {'yes' if c.ok else 'NO'} {c.note}")
+        lines.append(
+            f"  {c.stage:<6}{c.what:<36}{c.value:>12.3e}{c.tol:>10.1e}  {'yes' if c.ok else 'NO'} {c.note}"
+        )
     return "\n".join(lines)

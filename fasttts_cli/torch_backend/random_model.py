@@ -77,7 +77,9 @@ class S2MelSizes:
 
 
 FULL_S2MEL = S2MelSizes()
-TINY_S2MEL = S2MelSizes(hidden=32, heads=2, depth=3, wavenet_layers=2, lr_channels=32, gpt_dim=64, content_in=16)
+TINY_S2MEL = S2MelSizes(
+    hidden=32, heads=2, depth=3, wavenet_layers=2, lr_channels=32, gpt_dim=64, content_in=16
+)
 
 FULL_BIGVGAN = BigVGANConfig(
     num_mels=80,
@@ -152,7 +154,9 @@ def random_unified_voice(
 
 def random_s2mel(size: str = "full", seed: int = 1, device: torch.device | str = "cpu") -> S2Mel:
     s = FULL_S2MEL if size == "full" else TINY_S2MEL
-    wn = WaveNetConfig(hidden_dim=s.hidden, num_layers=s.wavenet_layers, kernel_size=5, dilation_rate=1, cond_dim=s.hidden)
+    wn = WaveNetConfig(
+        hidden_dim=s.hidden, num_layers=s.wavenet_layers, kernel_size=5, dilation_rate=1, cond_dim=s.hidden
+    )
     dcfg = DiTConfig(
         hidden_dim=s.hidden,
         num_heads=s.heads,

@@ -52,7 +52,9 @@ class RowParams:
     penalty: torch.Tensor  # (R,) float32
 
     @classmethod
-    def build(cls, params: Sequence[SamplingParams], rows_per_line: int, device: torch.device | str) -> RowParams:
+    def build(
+        cls, params: Sequence[SamplingParams], rows_per_line: int, device: torch.device | str
+    ) -> RowParams:
         def col(values: list, dtype: torch.dtype) -> torch.Tensor:
             return torch.tensor(np.repeat(values, rows_per_line), dtype=dtype, device=device)
 
@@ -64,7 +66,9 @@ class RowParams:
         )
 
     def select(self, index: torch.Tensor) -> RowParams:
-        return RowParams(*(t.index_select(0, index) for t in (self.temperature, self.top_k, self.top_p, self.penalty)))
+        return RowParams(
+            *(t.index_select(0, index) for t in (self.temperature, self.top_k, self.top_p, self.penalty))
+        )
 
 
 # ------------------------------------------------------------------------------------ processors
@@ -154,7 +158,9 @@ class DeviceNoise:
     """Counter-based draws keyed by each line's seed (see the module docstring)."""
 
     def __init__(self, seeds: Sequence[int], device: torch.device | str) -> None:
-        self.seeds = torch.tensor([int(s) & 0x7FFFFFFFFFFFFFFF for s in seeds], dtype=torch.int64, device=device)
+        self.seeds = torch.tensor(
+            [int(s) & 0x7FFFFFFFFFFFFFFF for s in seeds], dtype=torch.int64, device=device
+        )
         self._index: tuple[tuple[int, ...], torch.Tensor] | None = None
 
     def _rows(self, lines: Sequence[int]) -> torch.Tensor:
@@ -255,7 +261,9 @@ class BatchSampler:
             self.n_gen = torch.zeros(n, dtype=torch.long, device=self.device)
             self.done = torch.zeros(n, dtype=torch.bool, device=self.device)
             self.stopped = torch.zeros(n, dtype=torch.bool, device=self.device)
-            self.max_tokens = torch.tensor([p.max_tokens for p in params], dtype=torch.long, device=self.device)
+            self.max_tokens = torch.tensor(
+                [p.max_tokens for p in params], dtype=torch.long, device=self.device
+            )
 
     @property
     def rows(self) -> int:
@@ -275,7 +283,9 @@ class BatchSampler:
         if self.ignore_stop:
             logits = logits.clone()
             logits[:, self.stop] = NEG_INF
-        scores = process_scores(logits, self.seen, self.rp, beam_mode=self.beam_mode, do_sample=self.do_sample)
+        scores = process_scores(
+            logits, self.seen, self.rp, beam_mode=self.beam_mode, do_sample=self.do_sample
+        )
         out = self._beam_step(scores) if self.beam_mode else self._single_step(scores)
         self.step_no += 1
         return out
