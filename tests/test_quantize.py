@@ -280,8 +280,37 @@ def test_parity_trunk_int8_int4(trunk_onnx: Path, parity_case) -> None:
         assert err < tol, (prec, err)
     # int8: greedy choices equal to fp32 at every forced step, and free-running greedy codes equal
     assert results["int8"][1] == 1.0, results
-    assert _greedy(folder / "gpt_trunk_int8.onnx", parity_case) == _greedy(trunk_onnx, parity_case)
+    _check_greedy(trunk_onnx, folder / "gpt_trunk_int8.onnx", parity_case)
     print("parity trunk logits rel err / argmax agreement:", results)
+
+
+def _check_greedy(fp32: Path, q: Path, case) -> None:
+    """Greedy decoding of the quantized trunk vs fp32. A step can only flip when fp32's top-2 margin is
+    below twice the quantized trunk's largest logit deviation at that step (random weights give such
+    near ties now and then). Teacher-forced on fp32's greedy codes, every step clear of that bound has the
+    same argmax; free-running, the codes are identical up to the first near tie."""
+    a, b = _greedy(fp32, case), _greedy(q, case)
+    la, _ = _forced_codes(fp32, case, a)
+    lb, _ = _forced_codes(q, case, a)
+    n = len(a)
+    top2 = np.sort(la, axis=-1)[:n, -2:]
+    margin = top2[:, 1] - top2[:, 0]
+    bound = 2 * np.abs(lb - la)[:n].max(axis=-1)
+    clear = margin > bound
+    assert clear.mean() >= 0.5, "too many near ties for a meaningful comparison"
+    np.testing.assert_array_equal(la[:n].argmax(-1)[clear], lb[:n].argmax(-1)[clear])
+    first_tie = int(np.argmin(clear)) if not clear.all() else n
+    assert a[:first_tie] == b[:first_tie], (a, b, first_tie)
+
+
+def _forced_codes(path: Path, case, codes: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    from fasttts_cli.indextts2.decode import GPTDecoder, HostEmbeddings
+    from fasttts_cli.indextts2.sessions import OrtSession, SessionOptions
+
+    sess = OrtSession(path, SessionOptions(threads=1))
+    layers = sum(1 for i in sess.inputs if i.name.startswith("past_key_"))
+    d = GPTDecoder(sess, HostEmbeddings.load(path.parent), layers=layers, heads=int(sess.inputs[2].shape[1]))
+    return d.forced(case["gpt_prefix_emb"][0], np.asarray(codes, dtype=np.int64))
 
 
 def _greedy(path: Path, case) -> list[int]:
@@ -296,3 +325,54 @@ def _greedy(path: Path, case) -> list[int]:
     out = d.generate_codes([case["gpt_prefix_emb"][0]], params, seeds=[0])[0]
     assert len(out.codes) > 0
     return [int(c) for c in out.codes]
+
+
+def test_convert_engine_folder(tmp_path: Path) -> None:
+    from fasttts_cli.build.quantize import convert_engine
+    from fasttts_cli.engine_folder import (
+        ComponentEntry,
+        Manifest,
+        check_preset_matches,
+        read_manifest,
+        write_manifest,
+    )
+    from fasttts_cli.errors import EngineMismatchError, UsageError
+
+    rng = np.random.default_rng(5)
+    src = tmp_path / "fp32"
+    src.mkdir()
+    _mlp(src / "gpt_trunk.onnx", rng)
+    _mlp(src / "bigvgan.onnx", rng)
+    (src / "bpe.model").write_bytes(b"tokenizer")
+    fp32 = load_preset("cpu-fp32")
+    entries = {
+        n: ComponentEntry(f"{n}.onnx", "onnxruntime-cpu", "fp32", {"x": ["b", "t", K]}, {"y": ["b", "t", N]})
+        for n in ("gpt_trunk", "bigvgan")
+    }
+    write_manifest(
+        src,
+        Manifest(
+            "indextts2", "2.0", "d" * 64, "cpu-fp32", fp32.build_keys(), entries, files={"bpe": "bpe.model"}
+        ),
+    )
+    i8 = load_preset("cpu-int8")
+    out = convert_engine(src, tmp_path / "int8", i8)
+    m = read_manifest(out)
+    assert m.preset == "cpu-int8" and m.preset_build_keys == i8.build_keys()
+    assert m.components["gpt_trunk"].precision == "int8" and m.components["bigvgan"].precision == "fp32"
+    assert count_ops(out / "gpt_trunk.onnx")["MatMulNBits"] == 2
+    assert count_ops(out / "bigvgan.onnx").get("MatMulNBits", 0) == 0
+    assert m.config["precision"]["gpt_trunk"]["bits"] == 8 and "bigvgan" not in m.config["precision"]
+    assert (out / "bpe.model").read_bytes() == b"tokenizer"
+    check_preset_matches(m, "cpu-int8", i8.build_keys(), out)
+    with pytest.raises(EngineMismatchError, match="build-time keys"):
+        check_preset_matches(m, "cpu-fp32", fp32.build_keys(), out)
+    x = rng.standard_normal((2, 3, K)).astype(np.float32)
+    assert compare_outputs(src / "bigvgan.onnx", out / "bigvgan.onnx", {"x": x})["y"] == 0.0
+    with pytest.raises(UsageError, match="already exists"):
+        convert_engine(src, out, i8)
+    with pytest.raises(UsageError, match="not fp32"):
+        convert_engine(out, tmp_path / "again", load_preset("cpu-int4"))
+    with pytest.raises(UsageError, match="tensorrt"):
+        convert_engine(src, tmp_path / "gpu", load_preset("fp16"))
+    assert not (tmp_path / "gpu").exists() and not list(tmp_path.glob(".gpu.*"))  # no half-built folder

@@ -183,6 +183,7 @@ def test_hash_uniform_properties() -> None:
     assert torch.equal(u[1:2], hash_uniform(seeds[1:2], 3, 50000))  # a row depends only on its seed
     assert not torch.equal(u[0], hash_uniform(seeds[:1], 4, 50000)[0])  # and on the step
     assert not torch.equal(u[0], u[1])
+    assert torch.equal(u, hash_uniform(seeds, torch.tensor(3), 50000))  # a device step gives the same
     e = -torch.log(u)
     assert abs(float(e.mean()) - 1.0) < 0.02
 
@@ -397,6 +398,8 @@ def test_presets_and_precision_mapping() -> None:
         assert precision_dtype(p, "vocoder") == torch.float32
     with pytest.raises(UsageError, match="not on the torch backend"):
         check_torch_preset(load_preset("cpu-fp32"))
+    with pytest.raises(UsageError, match="cache_level"):
+        check_torch_preset(p.with_run_keys(s2mel={"cache_level": "T2"}))
     bad = dataclasses.replace(p, components={"gpt": ComponentSpec("torch", "int8")})
     with pytest.raises(UsageError, match="int8"):
         precision_dtype(bad, "gpt")
@@ -458,5 +461,5 @@ def test_bench_runs_tiny_on_cpu(tmp_path) -> None:
     rep = json.loads(out.read_text())
     assert rc == 0
     rows = {(r["config"], r["batch"]) for r in rep["bench"]}
-    assert rows == {("eager-fp16", 1), ("eager-fp16", 2), ("ours", 1), ("ours", 2)}
+    assert rows == {("eager-fp16", 1), ("eager-fp16", 2), ("ours", 1), ("ours", 2), ("ours-3beam", 1)}
     assert all(r["total_s"] > 0 and r["audio_s"] == pytest.approx(256 * 6 / 22050) for r in rep["bench"])

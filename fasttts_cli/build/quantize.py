@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -394,3 +394,98 @@ def compare_outputs(
         nb = np.linalg.norm(b64)
         out[k] = float(np.linalg.norm(a64 - b64) / (nb if nb > 0 else 1.0))
     return out
+
+
+# ------------------------------------------------------------------------------------------ engines
+
+# Exported graph -> the preset component it belongs to (export.py's GraphSpec.group).
+GRAPH_GROUPS = {
+    "w2v_bert": "w2v_bert",
+    "codec_quantize": "codec",
+    "codec_vq2emb": "codec",
+    "campplus": "campplus",
+    "speaker_conditioner": "conditioners",
+    "emotion_conditioner": "conditioners",
+    "gpt_trunk": "gpt",
+    "s2mel_content": "s2mel",
+    "length_regulator": "s2mel",
+    "dit_cfg_step": "dit",
+    "bigvgan": "vocoder",
+}
+
+
+def convert_engine(src: Path | str, dst: Path | str, preset: Any, *, overwrite: bool = False) -> Path:
+    """Derive an ONNX Runtime engine for `preset` (cpu-int8, cpu-int4, an onnxruntime-cuda fp16 preset)
+    from an fp32 engine folder: every component is transformed as the preset's ComponentSpec asks
+    (apply_precision), the rest copied; the manifest records the new preset, its build keys, the
+    per-component precision and file digests, and what each transformation did. Built in a temporary
+    folder and renamed when complete."""
+    import shutil
+
+    from fasttts_cli.engine_folder import read_manifest, write_manifest
+    from fasttts_cli.errors import UsageError
+
+    src, dst = Path(src), Path(dst)
+    if dst.exists() and not overwrite:
+        raise UsageError(f"--out {dst}: already exists", hint="choose another folder or pass --overwrite")
+    m = read_manifest(src)
+    if any(c.precision != "fp32" for c in m.components.values()):
+        raise UsageError(f"{src}: engine is not fp32 (preset {m.preset}); convert from the fp32 engine")
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", dir=dst.parent))
+    try:
+        specs = {}
+        for name in m.components:
+            group = GRAPH_GROUPS.get(name)
+            if group is None:
+                raise QuantizeError(f"{src}: unknown component {name!r} (known: {', '.join(GRAPH_GROUPS)})")
+            specs[name] = preset.components.get(group, ComponentSpec())
+        transformed = {
+            f
+            for n, e in m.components.items()
+            if specs[n].precision != "fp32"
+            for f in (e.file, e.file + ".data")
+        }
+        for f in src.iterdir():
+            if f.is_file() and f.name != "manifest.json" and f.name not in transformed:
+                shutil.copyfile(f, tmp / f.name)
+        comps = {}
+        reports: dict[str, Any] = {}
+        for name, entry in m.components.items():
+            spec, group = specs[name], GRAPH_GROUPS[name]
+            if spec.backend not in ("onnxruntime-cpu", "onnxruntime-cuda"):
+                raise UsageError(
+                    f"--preset {preset.name}: component {group} wants backend {spec.backend!r}; "
+                    "convert_engine makes ONNX Runtime engines (TensorRT plans: tensorrt_build)"
+                )
+            rep = apply_precision(src / entry.file, tmp / entry.file, spec)
+            if rep is not None:
+                reports[name] = rep
+            comps[name] = replace(
+                entry, backend=spec.backend, precision=spec.precision, sha256=_sha256(tmp / entry.file)
+            )
+        config = dict(m.config)
+        config["precision"] = reports
+        write_manifest(
+            tmp,
+            replace(
+                m, preset=preset.name, preset_build_keys=preset.build_keys(), components=comps, config=config
+            ),
+        )
+        if dst.exists():
+            shutil.rmtree(dst)
+        os.replace(tmp, dst)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return dst
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()

@@ -182,20 +182,26 @@ class Calibrator:
         With `group_first`, a step's still-computed entries are first tried all at once against the
         strictest bound among them (that of the shallowest layer): if that holds, each entry's own bound
         holds too, and the step costs one trial instead of one per entry. Otherwise they are tried one by
-        one. `max_trials` caps the trials of each pass, spread evenly over its steps; entries not tried stay
-        computed (safe: less saving, never more error)."""
+        one. `max_trials` caps the trials of each pass, spread evenly over its steps (with fewer trials than
+        steps, evenly spaced steps only); entries not tried stay computed (less saving, never more error)."""
         accepted = 0
         x, state, at = self.x0, CacheState(), 0
         by_step: dict[int, list[tuple[int, str, str]]] = {}
         for s, layer, kind, letter in trials:
             by_step.setdefault(s, []).append((layer, kind, letter))
         steps = sorted(by_step)
+        chosen = set(steps)
+        if self.max_trials is not None and self.max_trials < len(steps):
+            # a capped pass tries evenly spaced steps only (the others stay computed)
+            picks = np.linspace(0, len(steps) - 1, max(1, self.max_trials)).round().astype(int)
+            chosen = {steps[k] for k in picks}
+            self.truncated = True
         used = 0
         for i, s in enumerate(steps):
-            # a capped pass spreads its trials evenly over its steps (at least one per step)
-            allowance = (
-                None if self.max_trials is None else max(1, (self.max_trials - used) // (len(steps) - i))
-            )
+            if s not in chosen:
+                continue
+            left = sum(1 for t in steps[i:] if t in chosen)
+            allowance = None if self.max_trials is None else max(1, (self.max_trials - used) // left)
             if s > at:  # advance the snapshot to the start of step s under the decisions taken so far
                 x = run_steps(self.pieces, plan, self.run, x, state, at, s)
                 at = s

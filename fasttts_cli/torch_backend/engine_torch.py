@@ -53,7 +53,14 @@ def precision_dtype(preset: Preset, component: str, default: str = "fp32") -> to
 
 
 def check_torch_preset(preset: Preset) -> None:
-    """Every component the preset names must be on the torch backend (a build-time key mismatch)."""
+    """Every component the preset names must be on the torch backend (a build-time key mismatch), and the
+    s2mel cache is off: its calibrated policies live in engine folders, which this backend does not use."""
+    if preset.s2mel.cache_level != "T0":
+        raise UsageError(
+            f"preset {preset.name}: s2mel.cache_level = {preset.s2mel.cache_level!r} is not available on the "
+            "torch backend yet",
+            hint='use cache_level = "T0" (no s2mel caching) or an engine with a calibrated policy',
+        )
     bad = [f"{k} ({v.backend})" for k, v in sorted(preset.components.items()) if v.backend != BACKEND]
     if bad:
         raise UsageError(

@@ -141,12 +141,23 @@ def _fmix32(x: torch.Tensor) -> torch.Tensor:
     return x ^ (x >> 16)
 
 
+def _fmix32_int(x: int) -> int:
+    """`_fmix32` on a Python int (no tensor, so no host-to-device copy per step)."""
+    x ^= x >> 16
+    x = (x * 0x85EBCA6B) & _M32
+    x ^= x >> 13
+    x = (x * 0xC2B2AE35) & _M32
+    return x ^ (x >> 16)
+
+
 def hash_uniform(seeds: torch.Tensor, step: int | torch.Tensor, n: int) -> torch.Tensor:
     """(len(seeds), n) float64 uniforms in (0, 1), 53 bits, a pure function of (seed, step, index)."""
     s = seeds.to(torch.int64)[:, None]
     base = _fmix32((s & _M32) ^ _fmix32(((s >> 32) & 0x7FFFFFFF) ^ 0x9E3779B9))
-    step_t = torch.as_tensor(step, dtype=torch.int64, device=seeds.device)
-    base = _fmix32(base ^ _fmix32((step_t & _M32) ^ 0x632BE5AB))
+    if isinstance(step, torch.Tensor):
+        base = _fmix32(base ^ _fmix32((step.to(torch.int64) & _M32) ^ 0x632BE5AB))
+    else:
+        base = _fmix32(base ^ _fmix32_int((int(step) & _M32) ^ 0x632BE5AB))
     idx = torch.arange(n, device=seeds.device, dtype=torch.int64)[None, :]
     a = _fmix32(base ^ _fmix32(2 * idx))
     b = _fmix32(base ^ _fmix32(2 * idx + 1))
