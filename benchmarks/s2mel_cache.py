@@ -172,10 +172,8 @@ def main() -> None:
     ap.add_argument("--cal-lines-tiny", type=int, default=2)
     ap.add_argument("--cal-frames-tiny", type=int, default=64)
     ap.add_argument("--cal-lines-full", type=int, default=1)
-    ap.add_argument("--cal-frames-full", type=int, default=16)
-    ap.add_argument(
-        "--max-trials-full", type=int, default=60, help="calibration trials per level (full size)"
-    )
+    ap.add_argument("--cal-frames-full", type=int, default=12)
+    ap.add_argument("--max-trials-full", type=int, default=32, help="calibration trials per pass (full size)")
     ap.add_argument("--json", type=Path)
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()

@@ -5,8 +5,8 @@
 #   bash scripts/gpu-torch-acceptance.sh --prepare                   # beforehand, on a machine with PyPI
 #
 # --prepare fills the two git-ignored folders the GPU run needs (about 35 MB, under the 64 MiB a device
-# call may carry): .whl/ (cp312 manylinux wheels of numpy, PyYAML and safetensors, installed on the GPU
-# machine only where the import fails) and tests/.cache/parity-src/ (a copy of ../shared/parity: the
+# call may carry): .whl/ (cp312 manylinux wheels of numpy, PyYAML and safetensors, and pytest, installed on
+# the GPU machine only where the import fails) and tests/.cache/parity-src/ (a copy of ../shared/parity: the
 # vectors, keys.json, buffers.npz, make_checkpoint.py; the 0.9 GB parity checkpoint is regenerated there).
 # Nothing is downloaded on the GPU machine and TensorRT is not needed.
 #
@@ -26,6 +26,7 @@ if [[ "${1:-}" == "--prepare" ]]; then
     "$PY" -m pip download --quiet --only-binary=:all: --no-deps --python-version 3.12 \
         --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 \
         --implementation cp -d "$WHEELS" numpy pyyaml safetensors
+    "$PY" -m pip download --quiet --only-binary=:all: --no-deps -d "$WHEELS" pytest pluggy iniconfig packaging pygments
     SRC="${FASTTTS_PARITY_DIR:-$REPO/../shared/parity}"
     cp -f "$SRC"/{README.md,keys.json,buffers.npz,config.yaml,bpe.model,make_checkpoint.py,ref.wav,emo.wav} "$PARITY_COPY"/
     cp -f "$SRC"/vectors_*.npz "$SRC"/vectors_*.json "$PARITY_COPY"/
@@ -37,7 +38,7 @@ fi
 export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 # Small missing packages from carried wheels (system packages win: appended to the path).
 missing=()
-for mod in numpy yaml safetensors; do
+for mod in numpy yaml safetensors pytest; do
     "$PY" -c "import $mod" 2>/dev/null || missing+=("$mod")
 done
 if ((${#missing[@]})); then
@@ -65,6 +66,10 @@ fi
 REPORT_DIR="${OUT:-$REPO/out}"
 mkdir -p "$REPORT_DIR"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || true
+# The CUDA-only unit tests (graph replay == eager, fp16 close to fp32) on tiny models: seconds.
+if "$PY" -c "import pytest" 2>/dev/null; then
+    "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/test_torch_backend.py 2>&1 | tail -5 || true
+fi
 exec "$PY" -m fasttts_cli.torch_backend.bench_gpu \
     ${FASTTTS_PARITY_DIR:+--parity-dir "$FASTTTS_PARITY_DIR"} \
     --out "$REPORT_DIR/gpu-torch-acceptance.json" "$@"

@@ -266,9 +266,9 @@ def test_calibration_is_deterministic_and_meets_its_bound(dit) -> None:
     t2, t5 = a.levels["T2"], a.levels["T5"]
     assert t5.kept_fraction() < 1.0
     assert t5.kept_fraction() <= t2.kept_fraction()
-    # a capped calibration tries at most max_trials per pass (4 passes) and still meets its bound
-    capped, rep_c = calibrate_modules(dit, _rows(0), ["T5"], steps=STEPS, seed=7, max_trials=1)
-    assert rep_c[0].truncated and rep_c[0].trials <= 4 and rep_c[0].error < rep_c[0].threshold
+    # a capped calibration (one step per pass, 4 trials each) still meets its bound
+    capped, rep_c = calibrate_modules(dit, _rows(0), ["T5"], steps=STEPS, seed=7, max_trials=4)
+    assert rep_c[0].truncated and rep_c[0].trials <= 16 and rep_c[0].error < rep_c[0].threshold
     assert capped.levels["T5"].kept_fraction() < 1.0
     # the table's own error, recomputed from scratch, is what the calibration reported
     from fasttts_cli.s2mel_cache.calibrate import stack_rows

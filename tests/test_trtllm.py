@@ -121,10 +121,10 @@ def test_checkpoint_names_shapes_dtypes(parity_case: ParityCase, tmp_path: Path)
         "transformer.position_embedding.weight": (mel_rows + text_rows + 1, d),
         "transformer.ln_f.weight": (d,),
         "transformer.ln_f.bias": (d,),
-        "transformer.final_norm.weight": (d,),
-        "transformer.final_norm.bias": (d,),
-        "lm_head.weight": (n_mel, d),
-        "lm_head.bias": (n_mel,),
+        "transformer.ln_f.final_norm.weight": (d,),
+        "transformer.ln_f.final_norm.bias": (d,),
+        "lm_head.weight": (n_mel + v_text, d),
+        "lm_head.bias": (n_mel + v_text,),
     }
     for i in range(layers):
         p = f"transformer.layers.{i}"
@@ -147,6 +147,8 @@ def test_checkpoint_names_shapes_dtypes(parity_case: ParityCase, tmp_path: Path)
     assert {k: tuple(v.shape) for k, v in w.items()} == want
     assert all(v.dtype == np.float16 for v in w.values())
     assert np.all(w["transformer.position_embedding.weight"][-1] == 0)  # the conditioning rows' position
+    # text ids can never be sampled: zero head rows, a large negative (fp16-finite) bias
+    assert np.all(w["lm_head.weight"][n_mel:] == 0) and np.all(w["lm_head.bias"][n_mel:] == tc.MASKED_LOGIT)
     np.testing.assert_allclose(
         w["transformer.layers.0.attention.qkv.weight"].astype(np.float32),
         state["gpt.h.0.attn.c_attn.weight"].T,
@@ -214,6 +216,9 @@ def test_equivalence_with_unified_voice(parity_case: ParityCase, tmp_path: Path)
     np.testing.assert_allclose(emb[p], mel[lay.start_mel] + mpos[0], rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(emb[p + 1 :], mel[codes] + mpos[np.arange(n) + 2], rtol=1e-6, atol=1e-6)
     hidden, logits = tc.reference_forward(w, cfg, emb)
+    n_mel = cfg["indextts2"]["output_vocab_size"]
+    assert logits.shape[1] == cfg["vocab_size"] and logits[:, n_mel:].max() < tc.MASKED_LOGIT / 2
+    logits = logits[:, :n_mel]
     assert rel(logits[p:], parity_case["gpt_gen_logits"]) < TOL
     assert rel(hidden[p:], parity_case["gpt_gen_hidden"]) < TOL
 
@@ -258,6 +263,6 @@ def test_weight_only_error_estimate(parity_case: ParityCase, tmp_path: Path) -> 
             for k, v in w.items()
         }
         _, logits = tc.reference_forward(q, cfg, emb)
-        errs[bits] = rel(logits[p:], ref)
+        errs[bits] = rel(logits[p:, : ref.shape[1]], ref)
     print("emulated weight-only logits rel error:", errs)
     assert 0 < errs[8] < 0.02 and errs[8] < errs[4] < 0.3

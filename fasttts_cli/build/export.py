@@ -598,6 +598,33 @@ def _convert(
     return dst, info
 
 
+# Which loaded module each graph exports (an IndexTTS2Modules attribute), so a full-size build can drop
+# a module as soon as its last graph is written (the peak memory of a full-size build is ~12 GB).
+_MODULE_OF = {
+    "w2v_bert": "w2v_bert",
+    "codec_quantize": "codec",
+    "codec_vq2emb": "codec",
+    "campplus": "campplus",
+    "speaker_conditioner": "gpt",
+    "emotion_conditioner": "gpt",
+    "gpt_trunk": "gpt",
+    "s2mel_content": "s2mel",
+    "length_regulator": "s2mel",
+    "dit_cfg_step": "s2mel",
+    "bigvgan": "bigvgan",
+}
+
+
+def _release_unused(m: IndexTTS2Modules, pending: list[GraphSpec | None]) -> None:
+    import gc
+
+    needed = {_MODULE_OF.get(sp.name) for sp in pending if sp is not None}
+    for attr in set(_MODULE_OF.values()) - needed:
+        if getattr(m, attr) is not None:
+            setattr(m, attr, None)
+    gc.collect()
+
+
 def default_out_dir(checkpoint_dir: Path, preset_name: str) -> Path:
     return Path("engines") / f"{Path(checkpoint_dir).resolve().name}-{preset_name}"
 
@@ -631,10 +658,13 @@ def build_engine(
         build_info: dict[str, Any] = {}
         trt_info: dict[str, Any] = {}
         constants = model_constants(m)
+        arrays = host_arrays(m)  # before the loop, which releases each module once exported
+        specs: list[GraphSpec | None] = [
+            sp for sp in graph_specs(m) if components is None or sp.name in components
+        ]
         with torch.no_grad():
-            for spec in graph_specs(m):
-                if components is not None and spec.name not in components:
-                    continue
+            for i, spec in enumerate(specs):
+                assert spec is not None
                 say(f"exporting {spec.name}")
                 path = export_graph(spec, tmp)
                 comp = preset.components.get(spec.group) or ComponentSpec()
@@ -656,12 +686,14 @@ def build_engine(
                     entry, info = build_component(tmp, spec.name, entry, comp, preset.limits, constants)
                     trt_info[spec.name] = info.to_json()
                 entries[spec.name] = entry
+                specs[i] = spec = None
+                _release_unused(m, specs)
         if build_info:
             constants["build"] = build_info
         if trt_info:
             constants["tensorrt"] = trt_info
         files: dict[str, str] = {}
-        for fname, arr in host_arrays(m).items():
+        for fname, arr in arrays.items():
             np.save(tmp / fname, arr, allow_pickle=False)
             files[Path(fname).stem] = fname
         shutil.copyfile(m.bpe_model, tmp / BPE_MODEL)

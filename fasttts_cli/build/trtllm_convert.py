@@ -1,7 +1,8 @@
 """UnifiedVoice (IndexTTS-2's GPT) -> a TensorRT-LLM 1.2 GPT checkpoint (`config.json` + `rank0.safetensors`).
 
 numpy only: no torch, no tensorrt_llm, no fasttts imports at module level, so this file also runs as a
-script inside the separate Python 3.12 TensorRT-LLM environment (`finalize`, below).
+script inside the separate Python 3.12 TensorRT-LLM environment (`finalize` and `build`, below; those
+two and `model_class` need tensorrt_llm and have NOT been run: no GPU or TensorRT-LLM here).
 
 A stock GPT-2 engine cannot run UnifiedVoice as is; four adaptations make it fit (DESIGN.md §4):
 
@@ -11,7 +12,8 @@ A stock GPT-2 engine cannot run UnifiedVoice as is; four adaptations make it fit
    `max_prompt_embedding_table_size >= max_batch * 34` and run with `prompt_vocab_size = 34` and
    `tasks[b] = b`, so row `tasks[b] * 34 + j` is used.
 2. **One merged embedding table**: `[mel_embedding (8194 rows) | text_embedding]`; mel code c -> id c,
-   text id t -> id `8194 + t`. The head covers only the mel range (`output_vocab_size` = 8194).
+   text id t -> id `8194 + t`. The head spans the merged vocabulary (so the stock runtime's logits
+   buffers fit) but only the mel rows are real: text rows have zero weight and bias MASKED_LOGIT.
 3. **Custom position ids into one merged position table** `[mel_pos | text_pos | one zero row]`:
    conditioning rows -> the zero row (the original adds no position to them), text token i (start and
    stop text tokens included) -> `mel_rows + i`; generation: start token at 0, then code k at **k + 2**
@@ -20,13 +22,12 @@ A stock GPT-2 engine cannot run UnifiedVoice as is; four adaptations make it fit
    LayerNorm is not affine in its input (it divides by the input's own standard deviation), so
    `final_norm` can neither be folded into `ln_f`'s scale/bias nor into the head's weights: it stays a
    real second LayerNorm on the head's input path. The checkpoint keeps `transformer.ln_f` (= gpt.ln_f)
-   and adds `transformer.final_norm.{weight,bias}` and a biased `lm_head` (mel_head has a bias; stock
-   GPT heads do not), under the architecture name `IndexTTS2GPTForCausalLM`: a GPTForCausalLM whose
-   GPTModel applies final_norm right after ln_f, whose head is Linear(bias) over the 8194 mel codes,
-   and which marks the post-final_norm hidden state as an output (the s2mel latent). That model class
-   (TensorRT-LLM side) is not written yet. The public port keeps only one of the two norms;
-   `reference_forward` below is the executable definition of what the engine must compute, and the
-   equivalence test checks it against the parity vectors.
+   and adds `transformer.ln_f.final_norm.{weight,bias}` and a biased `lm_head` (mel_head has a bias;
+   stock GPT heads do not), under the architecture name `IndexTTS2GPTForCausalLM` (`model_class`): a
+   GPTForCausalLM whose ln_f is LayerNorm -> final_norm, whose head is a biased Linear, and which
+   marks the post-final_norm hidden states as an extra output (the s2mel latent). The public port
+   keeps only one of the two norms; `reference_forward` below is the executable definition of what
+   the engine must compute, and the equivalence test checks it against the parity vectors.
 
 **The latent** is a second, teacher-forced context pass over `[conds | text | start, c_0..c_{n-1}, stop]`
 with mel positions 0..n+1 (`latent_inputs`); the hidden states seen during generation sit at positions
@@ -54,6 +55,7 @@ from typing import Any
 import numpy as np
 
 ARCHITECTURE = "IndexTTS2GPTForCausalLM"
+MASKED_LOGIT = -1.0e4  # logit of the text ids in the merged head (finite in fp16 and bf16)
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "rank0.safetensors"
 QUANT_ALGOS = {"fp16": None, "bf16": None, "fp32": None, "w8a16": "W8A16", "w4a16": "W4A16"}
@@ -247,10 +249,15 @@ def convert_weights(state: Mapping[str, np.ndarray], layers: int) -> dict[str, n
         w[f"{dst}.mlp.proj.bias"] = state[f"{src}.mlp.c_proj.bias"]
     w["transformer.ln_f.weight"] = state["gpt.ln_f.weight"]
     w["transformer.ln_f.bias"] = state["gpt.ln_f.bias"]
-    w["transformer.final_norm.weight"] = state["final_norm.weight"]
-    w["transformer.final_norm.bias"] = state["final_norm.bias"]
-    w["lm_head.weight"] = state["mel_head.weight"]  # nn.Linear: already (out, in)
-    w["lm_head.bias"] = state["mel_head.bias"]
+    w["transformer.ln_f.final_norm.weight"] = state["final_norm.weight"]
+    w["transformer.ln_f.final_norm.bias"] = state["final_norm.bias"]
+    # The head spans the merged vocabulary so TensorRT-LLM's runtime (which sizes logits by vocab_size)
+    # works unchanged: mel rows = mel_head (nn.Linear: already (out, in)), text rows zero weight and a
+    # bias of MASKED_LOGIT, so no sampler ever picks a text id.
+    head = state["mel_head.weight"]
+    n_text = tok.shape[0] - head.shape[0]
+    w["lm_head.weight"] = np.concatenate([head, np.zeros((n_text, head.shape[1]), head.dtype)], axis=0)
+    w["lm_head.bias"] = np.concatenate([state["mel_head.bias"], np.full(n_text, MASKED_LOGIT, np.float32)])
     return {k: np.ascontiguousarray(np.asarray(v, dtype=np.float32)) for k, v in w.items()}
 
 
@@ -458,7 +465,7 @@ def reference_forward(
 ) -> tuple[np.ndarray, np.ndarray]:
     """What the engine computes, in float64 numpy, from the converted checkpoint: causal GPT-2 blocks,
     ln_f, final_norm, biased head. inputs_embeds (T, D) -> (hidden after both norms (T, D),
-    logits (T, output_vocab_size))."""
+    logits (T, vocab_size); the mel codes are the first output_vocab_size columns)."""
     eps = float(config["norm_epsilon"])
     heads = int(config["num_attention_heads"])
     x = np.asarray(inputs_embeds, dtype=np.float64)
@@ -484,7 +491,7 @@ def reference_forward(
         f = _gelu_new(h @ w(f"{p}.mlp.fc.weight").T + w(f"{p}.mlp.fc.bias"))
         x = x + f @ w(f"{p}.mlp.proj.weight").T + w(f"{p}.mlp.proj.bias")
     x = _ln(x, w("transformer.ln_f.weight"), w("transformer.ln_f.bias"), eps)
-    x = _ln(x, w("transformer.final_norm.weight"), w("transformer.final_norm.bias"), eps)
+    x = _ln(x, w("transformer.ln_f.final_norm.weight"), w("transformer.ln_f.final_norm.bias"), eps)
     logits = x @ w("lm_head.weight").T + w("lm_head.bias")
     return x, logits
 
@@ -539,8 +546,69 @@ def finalize(ckpt_dir: Path | str) -> None:  # pragma: no cover - needs tensorrt
     (d / CONFIG_FILE).write_text(json.dumps(cfg, indent=2), encoding="utf-8")
 
 
+def model_class() -> type:  # pragma: no cover - needs tensorrt_llm (GPU environment); NOT yet run
+    """IndexTTS2GPTForCausalLM for TensorRT-LLM 1.2's engine backend, built on its GPTForCausalLM:
+    ln_f becomes LayerNorm -> final_norm (child `final_norm`, checkpoint `transformer.ln_f.final_norm.*`)
+    and marks the result as `last_hidden_state` (the latent; build with --gather_context_logits so the
+    context pass returns every position); the head gets a bias. Everything else (prompt table, learned
+    positions fed by our position_ids, GPT-2 blocks, weight-only W8A16/W4A16) is the stock model.
+    Register it before building: `tensorrt_llm.models.MODEL_MAP[ARCHITECTURE] = model_class()`."""
+    from tensorrt_llm.layers import ColumnLinear, LayerNorm
+    from tensorrt_llm.models.gpt.model import GPTForCausalLM
+
+    class _TwoNorms(LayerNorm):
+        def __init__(self, hidden: int, eps: float, dtype: Any) -> None:
+            super().__init__(normalized_shape=hidden, eps=eps, dtype=dtype)
+            self.final_norm = LayerNorm(normalized_shape=hidden, eps=eps, dtype=dtype)
+
+        def forward(self, x: Any) -> Any:
+            h = self.final_norm(super().forward(x))
+            h.mark_output("last_hidden_state", self.dtype)
+            return h
+
+    class IndexTTS2GPTForCausalLM(GPTForCausalLM):
+        def __init__(self, config: Any) -> None:
+            super().__init__(config)
+            self.transformer.ln_f = _TwoNorms(config.hidden_size, config.norm_epsilon, config.dtype)
+            if self.lm_head is not None:
+                self.lm_head = ColumnLinear(
+                    config.hidden_size,
+                    self.lm_head.out_features * config.mapping.tp_size,
+                    bias=True,
+                    dtype=config.dtype,
+                    tp_group=config.mapping.tp_group,
+                    tp_size=config.mapping.tp_size,
+                    gather_output=True,
+                )
+
+    return IndexTTS2GPTForCausalLM
+
+
+def build_engine_cli(ckpt_dir: str, out_dir: str, *extra: str) -> None:  # pragma: no cover - NOT yet run
+    """`trtllm-build` with our architecture registered. extra: further trtllm-build flags; the prompt
+    table size defaults to max_batch_size * n_conds."""
+    import tensorrt_llm.models as models
+    from tensorrt_llm.commands import build
+
+    cfg = json.loads((Path(ckpt_dir) / CONFIG_FILE).read_text(encoding="utf-8"))
+    models.MODEL_MAP[ARCHITECTURE] = model_class()
+    args = ["--checkpoint_dir", ckpt_dir, "--output_dir", out_dir, *extra]
+    if "--max_prompt_embedding_table_size" not in extra:
+        batch = int(extra[extra.index("--max_batch_size") + 1]) if "--max_batch_size" in extra else 8
+        args += ["--max_prompt_embedding_table_size", str(batch * cfg["indextts2"]["n_conds"])]
+    if "--max_beam_width" not in extra:
+        args += ["--max_beam_width", str(cfg["indextts2"]["max_beam_width"])]
+    sys.argv = ["trtllm-build", *args]
+    build.main()
+
+
 if __name__ == "__main__":  # pragma: no cover
     if len(sys.argv) == 3 and sys.argv[1] == "finalize":
         finalize(sys.argv[2])
+    elif len(sys.argv) >= 4 and sys.argv[1] == "build":
+        build_engine_cli(*sys.argv[2:])
     else:
-        sys.exit("usage: python trtllm_convert.py finalize CHECKPOINT_DIR   (in the TensorRT-LLM env)")
+        sys.exit(
+            "usage (in the TensorRT-LLM environment): python trtllm_convert.py finalize CHECKPOINT_DIR\n"
+            "       python trtllm_convert.py build CHECKPOINT_DIR ENGINE_DIR [trtllm-build flags]"
+        )

@@ -19,7 +19,8 @@ whole table so far, so the calibration data end below thr by construction.
 Trials go step by step. With `group_first` (default) a step's untried entries are first tried together
 against the strictest bound among them; if that holds every entry's own bound holds, so the rule above is
 kept while a step of easy entries costs one trial instead of 2L. `max_trials` caps each pass's trials
-(entries never tried stay computed: less saving, never more error). A trial at step s resumes from a
+(evenly spaced steps, each bisected with a few trials; entries never tried stay computed: less saving,
+never more error). A trial at step s resumes from a
 snapshot of the state (x and caches) at the start of step s: only the remaining S - s steps are rerun.
 Every operation is deterministic, so a fixed seed (which fixes the calibration inputs and noise) gives
 the same policy.
@@ -48,6 +49,7 @@ from fasttts_cli.s2mel_cache.core import (
 from fasttts_cli.s2mel_cache.policy import LEVELS, Policy, PolicySet, level_threshold
 
 CANDIDATE_FRACTION = 0.10
+CAPPED_PER_STEP = 4  # trials per calibrated step when a pass is capped (max_trials)
 ToNumpy = Callable[[Any], np.ndarray]
 
 
@@ -182,8 +184,9 @@ class Calibrator:
         With `group_first`, a step's still-computed entries are first tried all at once against the
         strictest bound among them (that of the shallowest layer): if that holds, each entry's own bound
         holds too, and the step costs one trial instead of one per entry. Otherwise they are tried one by
-        one. `max_trials` caps the trials of each pass, spread evenly over its steps (with fewer trials than
-        steps, evenly spaced steps only); entries not tried stay computed (less saving, never more error)."""
+        one. `max_trials` caps the trials of each pass: evenly spaced steps get CAPPED_PER_STEP trials
+        each, spent bisecting (whole group; if refused, the deeper half, then the shallower half, ...);
+        entries not tried stay computed (less saving, never more error)."""
         accepted = 0
         x, state, at = self.x0, CacheState(), 0
         by_step: dict[int, list[tuple[int, str, str]]] = {}
@@ -191,17 +194,15 @@ class Calibrator:
             by_step.setdefault(s, []).append((layer, kind, letter))
         steps = sorted(by_step)
         chosen = set(steps)
-        if self.max_trials is not None and self.max_trials < len(steps):
-            # a capped pass tries evenly spaced steps only (the others stay computed)
-            picks = np.linspace(0, len(steps) - 1, max(1, self.max_trials)).round().astype(int)
+        capped = self.max_trials is not None
+        if capped:
+            n_steps = max(1, min(len(steps), self.max_trials // CAPPED_PER_STEP))
+            picks = np.linspace(0, len(steps) - 1, n_steps).round().astype(int)
             chosen = {steps[k] for k in picks}
-            self.truncated = True
-        used = 0
-        for i, s in enumerate(steps):
+        for s in steps:
             if s not in chosen:
+                self.truncated = True
                 continue
-            left = sum(1 for t in steps[i:] if t in chosen)
-            allowance = None if self.max_trials is None else max(1, (self.max_trials - used) // left)
             if s > at:  # advance the snapshot to the start of step s under the decisions taken so far
                 x = run_steps(self.pieces, plan, self.run, x, state, at, s)
                 at = s
@@ -209,23 +210,44 @@ class Calibrator:
                 (e for e in by_step[s] if self._row(plan, e)[s] == COMPUTE),
                 key=lambda e: (e[0], KINDS.index(e[1]) if e[1] in KINDS else len(KINDS)),
             )
-            n = 0
-            if self.group_first and len(todo) > 1:
-                n += 1
-                if self._try(plan, todo, s, x, state, thr):
-                    accepted += len(todo)
-                    used += n
-                    continue
+            if capped:
+                budget = [CAPPED_PER_STEP]
+                accepted += self._bisect(plan, todo, s, x, state, thr, budget)
+                continue
+            if self.group_first and len(todo) > 1 and self._try(plan, todo, s, x, state, thr):
+                accepted += len(todo)
+                continue
             for e in todo:
-                if allowance is not None and n >= allowance:
-                    self.truncated = True
-                    break
-                n += 1
                 accepted += self._try(plan, [e], s, x, state, thr)
-            used += n
         if self.progress:
             self.progress(f"pass done: {accepted} of {len(trials)} accepted, error {self.error:.4g}")
         return accepted
+
+    def _bisect(
+        self,
+        plan: TablePlan,
+        entries: Sequence[tuple[int, str, str]],
+        s: int,
+        x: Any,
+        state: CacheState,
+        thr: float,
+        budget: list[int],
+    ) -> int:
+        """Accept `entries` together if their strictest bound holds, else recurse on the deeper half
+        (looser bounds) then the shallower half, while the step's trial budget lasts."""
+        if not entries:
+            return 0
+        if budget[0] <= 0:
+            self.truncated = True
+            return 0
+        budget[0] -= 1
+        if self._try(plan, entries, s, x, state, thr):
+            return len(entries)
+        if len(entries) == 1:
+            return 0
+        mid = len(entries) // 2
+        deep = self._bisect(plan, entries[mid:], s, x, state, thr, budget)
+        return deep + self._bisect(plan, entries[:mid], s, x, state, thr, budget)
 
     @staticmethod
     def _row(plan: TablePlan, entry: tuple[int, str, str]) -> list[str]:

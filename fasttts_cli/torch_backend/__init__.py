@@ -10,5 +10,7 @@ No second model definition lives here: every function runs the weights of `fastt
   s2mel_torch    batched CFG Euler CFM (DiT step graph per length bucket) and the batched vocoder
   engine_torch   the stage API of `indextts2.engine` from a checkpoint directory
   synthesizer    `TorchSynthesizer`, the Synthesizer protocol for the dubbing pipeline
+  parity_torch   stage parity against the original's vectors (CPU tests and the GPU acceptance)
+  random_model   full-size / tiny random-weight modules built in-process (bench, tests)
   bench_gpu      the one-command GPU acceptance and bench (see scripts/gpu-torch-acceptance.sh)
 """
