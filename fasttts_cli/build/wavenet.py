@@ -88,6 +88,9 @@ def pad_rows(x: torch.Tensor, left: int, right: int, lengths: torch.Tensor, mode
         idx = torch.minimum(pos.clamp(min=0), last)
     else:
         raise ValueError(f"unknown padding mode {mode!r}")
+    # Positions far past a short row's end reflect below 0; they only feed that row's padding
+    # (masked downstream), so clamping keeps the gather in range without touching valid outputs.
+    idx = idx.clamp(0, t - 1)
     idx = idx.expand(x.shape[0], -1).unsqueeze(1).expand(-1, x.shape[1], -1)
     return torch.gather(x, 2, idx)
 

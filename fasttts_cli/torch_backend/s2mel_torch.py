@@ -29,7 +29,6 @@ from torch import nn
 from fasttts_cli.build.bigvgan import BigVGAN
 from fasttts_cli.build.dit import RMSNorm
 from fasttts_cli.build.s2mel import S2Mel
-from fasttts_cli.build.wavenet import SConv1d, pad_rows
 from fasttts_cli.torch_backend.graphs import GraphRunner, bucket, round_up, row_buckets
 
 _NORMS = (RMSNorm, nn.LayerNorm, nn.GroupNorm)
@@ -62,45 +61,6 @@ def time_grid(steps: int, schedule: str = "uniform") -> np.ndarray:
     from fasttts_cli.indextts2.engine import euler_times  # pulls the audio front end (soxr)
 
     return euler_times(steps, schedule)
-
-
-def _reflect_pad_in_range() -> bool:
-    """Whether build.wavenet.pad_rows keeps reflect indices in range for rows much shorter than T."""
-    try:
-        pad_rows(torch.zeros(1, 1, 8), 2, 2, torch.tensor([2]), "reflect")
-    except (RuntimeError, IndexError):
-        return False
-    return True
-
-
-def _clamped_reflect(x: torch.Tensor, left: int, right: int, lengths: torch.Tensor) -> torch.Tensor:
-    # pad_rows' reflect at each row's own end, with indices clamped into [0, T): positions past a row's
-    # end are masked garbage either way, but a row shorter than half the bucket must not index < 0.
-    t = x.shape[-1]
-    pos = torch.arange(-left, t + right, device=x.device).unsqueeze(0)
-    last = (lengths.to(pos.dtype) - 1).unsqueeze(1)
-    idx = torch.where(pos < 0, -pos, pos)
-    idx = torch.where(idx > last, 2 * last - idx, idx).clamp(0, t - 1)
-    idx = idx.expand(x.shape[0], -1).unsqueeze(1).expand(-1, x.shape[1], -1)
-    return torch.gather(x, 2, idx)
-
-
-def _sconv_forward(self: SConv1d, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
-    if (self.pad_left or self.pad_right) and lengths is not None:
-        x = _clamped_reflect(x, self.pad_left, self.pad_right, lengths)
-    elif self.pad_left or self.pad_right:
-        x = torch.nn.functional.pad(x, (self.pad_left, self.pad_right), mode="reflect")
-    return self.conv.conv(x)
-
-
-def bucket_safe_padding(module: nn.Module) -> None:
-    """Length buckets pad rows far past their end; where build.wavenet's reflect padding cannot take
-    that yet, the SConv1d instances of *this* module get the clamped variant (same values in range)."""
-    if _reflect_pad_in_range():
-        return
-    for m in module.modules():
-        if isinstance(m, SConv1d):
-            m.forward = _sconv_forward.__get__(m, SConv1d)  # type: ignore[method-assign]
 
 
 def _pad_stack(rows: Sequence[torch.Tensor], length: int, dim: int) -> torch.Tensor:
@@ -149,7 +109,6 @@ class TorchS2Mel:
         self.settings = settings
         self.model = s2mel.to(self.device).float().eval().requires_grad_(False)
         self.estimator = self.model.cfm.estimator
-        bucket_safe_padding(self.estimator)
         if dtype != torch.float32:
             half_with_fp32_norms(self.estimator, dtype)
         use = settings.use_graphs if settings.use_graphs is not None else self.device.type == "cuda"
