@@ -550,6 +550,32 @@ def format_table(result: dict[str, Any]) -> str:
     for k in beams:
         add(f"RTF, {k} beam{'s' if k > 1 else ''}", lambda r, k=k: r["rtf"][k], ".2f")
         add(f"lines/s, {k} beam{'s' if k > 1 else ''}", lambda r, k=k: r["lines_per_s"][k], ".3f")
+    if eager:
+        for k in beams:
+            rows.append(
+                (
+                    f"speed-up vs eager, {k} beam{'s' if k > 1 else ''}",
+                    [
+                        cell(eager["batch_s"][k] * b / ours["batches"][b]["batch_s"][k], ".2f") + "x"
+                        for b in bs
+                    ]
+                    + ["1.00x"],
+                )
+            )
+        k3 = max(beams)
+    if eager and 1 in beams and k3 > 1:
+        rows.append(
+            (
+                f"{k3}-beam / 1-beam token cost",
+                [
+                    cell(
+                        ours["batches"][b]["ms_per_token"][k3] / ours["batches"][b]["ms_per_token"][1], ".2f"
+                    )
+                    for b in bs
+                ]
+                + [cell(eager["ms_per_token"][k3] / eager["ms_per_token"][1], ".2f")],
+            )
+        )
     rows.append(
         (
             "peak RSS (MB)",

@@ -274,3 +274,28 @@ def test_ort_session_interface(trunk: Trunk, monkeypatch: pytest.MonkeyPatch) ->
     assert SessionOptions().resolved_threads() == 3 and SessionOptions(threads=1).resolved_threads() == 1
     with pytest.raises(MissingDependencyError, match="torch"):
         open_session("x.onnx", "torch")
+
+
+def test_finished_long_line_frees_its_padding(trunk: Trunk) -> None:
+    """A long-prefix line that stops first leaves left padding nobody attends to; trimming it keeps the
+    other lines' codes exactly as when they run alone."""
+    d = trunk.decoder
+    prefixes = _prefixes(trunk, [40, 2, 5], seed=3)
+    params = [SamplingParams.greedy(2), SamplingParams.greedy(7), SamplingParams.greedy(7)]
+    batch = d.generate(prefixes, [LineDecoder(p) for p in params])
+    for pre, p, got in zip(prefixes, params, batch, strict=True):
+        (alone,) = d.generate([pre], [LineDecoder(p)])
+        assert got.codes.tolist() == alone.codes.tolist()
+    kv = [np.zeros((2, 1, 12, 3), np.float32)]
+    mask = np.zeros((2, 12), np.int64)
+    mask[0, 9:] = mask[1, 10:] = 1
+    kv2, m2 = dec._trim_left_padding(kv, mask)
+    assert m2.shape == (2, 3) and kv2[0].shape == (2, 1, 3, 3) and m2[0].all()
+
+
+def test_decode_options_from_preset() -> None:
+    from fasttts_cli.presets import load_preset
+
+    p = SamplingParams.from_options(load_preset("cpu-fp32").decode)
+    assert (p.num_beams, p.top_k, p.top_p, p.temperature, p.repetition_penalty) == (3, 30, 0.8, 0.8, 10.0)
+    assert p.min_tokens_to_keep == 2 and SamplingParams(num_beams=1).min_tokens_to_keep == 1

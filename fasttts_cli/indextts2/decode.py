@@ -228,7 +228,10 @@ class GPTDecoder:
             if not active:
                 break
             idx = np.concatenate(index)
+            left = idx.size < mask.shape[0]
             kv, mask = _reorder(kv, mask, idx)
+            if left:
+                kv, mask = _trim_left_padding(kv, mask)
             # the code generated at `step` is fed at mel position step + 2 (the original's quirk)
             tok = np.concatenate(tokens)
             x = self.emb.mel(tok, np.full(tok.shape, step + 2))[:, None, :]
@@ -304,3 +307,13 @@ def _reorder(kv: KV, mask: np.ndarray, idx: np.ndarray) -> tuple[KV, np.ndarray]
                 a[changed] = a[src]  # the right side is gathered into a new array first
             return kv, mask[idx]
     return [a[idx] for a in kv], mask[idx]
+
+
+def _trim_left_padding(kv: KV, mask: np.ndarray, min_columns: int = 8) -> tuple[KV, np.ndarray]:
+    """Drop leading columns that no remaining row attends to (left padding of lines that finished).
+    Masked keys get exactly zero attention weight, so the result is unchanged; the cache is copied once
+    to save that work on every later step. Host numpy caches only."""
+    first = int(np.argmax(mask.any(axis=0)))
+    if first < min_columns or not all(isinstance(a, np.ndarray) for a in kv):
+        return kv, mask
+    return [np.ascontiguousarray(a[:, :, first:]) for a in kv], np.ascontiguousarray(mask[:, first:])
