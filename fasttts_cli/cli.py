@@ -519,13 +519,120 @@ def doctor(json_out: JsonOpt = False, quiet: QuietOpt = False, verbose: VerboseO
     return _execute(json_out, _verbosity(quiet, verbose), None, "doctor", body, human)
 
 
-# ---- lead's commands -----------------------------------------------------------------------------
-# LEAD: add `build`, `tiny-checkpoint`, `bench` and `calibrate` here, one small function each, as
-#   @app.command("tiny-checkpoint")
-#   def tiny_checkpoint(...) -> int:
-#       return _execute(json_out, _verbosity(quiet, verbose), None, "tiny-checkpoint", body, human)
-# where `body(rep) -> dict` does the work (import the heavy module inside it) and returns the JSON result;
-# `_execute` gives every command the same errors, exit codes and --json contract.
+# ---- engine building -----------------------------------------------------------------------------
+
+
+def _missing_build_extra(e: ImportError) -> FastTTSError:
+    from fasttts_cli.errors import MissingDependencyError
+
+    return MissingDependencyError(
+        f"the build side needs the `build` extra ({e.name or e})",
+        hint="pip install -e '.[build]'  (torch==2.13.0, onnx, safetensors, transformers)",
+    )
+
+
+@app.command()
+def build(
+    checkpoint: Annotated[
+        Path, typer.Option("--checkpoint", metavar="DIR", help="Official IndexTTS-2 checkpoint directory.")
+    ],
+    preset: Annotated[
+        str, typer.Option("--preset", metavar="NAME|FILE", help="Preset to build.")
+    ] = "cpu-fp32",
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", metavar="DIR", help="Engine folder (default engines/<checkpoint>-<preset>)."),
+    ] = None,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace an existing engine folder.")
+    ] = False,
+    w2v_bert: Annotated[
+        Path | None,
+        typer.Option("--w2v-bert", metavar="DIR", help="w2v-BERT 2.0 folder (default hf_cache/)."),
+    ] = None,
+    codec: Annotated[
+        Path | None, typer.Option("--codec", metavar="FILE", help="semantic_codec_model.safetensors.")
+    ] = None,
+    campplus: Annotated[
+        Path | None, typer.Option("--campplus", metavar="FILE", help="campplus_cn_common.bin.")
+    ] = None,
+    bigvgan: Annotated[
+        Path | None,
+        typer.Option("--bigvgan", metavar="DIR", help="BigVGAN folder (config.json + generator)."),
+    ] = None,
+    json_out: JsonOpt = False,
+    progress_jsonl: JsonlOpt = None,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = 0,
+) -> int:
+    """Export an engine folder (ONNX per component, tokenizer, tables, manifest) from a checkpoint."""
+
+    def body(rep: Reporter) -> dict[str, Any]:
+        import time
+
+        try:
+            from fasttts_cli.build.checkpoint import CheckpointPaths
+            from fasttts_cli.build.export import build_engine
+        except ImportError as e:
+            raise _missing_build_extra(e) from None
+        if not checkpoint.is_dir():
+            raise UsageError(f"--checkpoint {checkpoint}: not a directory")
+        t0 = time.perf_counter()
+        paths = CheckpointPaths(
+            checkpoint, w2v_bert=w2v_bert, codec=codec, campplus=campplus, bigvgan=bigvgan
+        )
+
+        def say(msg: str) -> None:
+            rep.info(msg)
+            rep.event("stage", name=msg)
+
+        folder = build_engine(paths, preset, out, overwrite=overwrite, progress=say)
+        return {
+            "ok": True,
+            "command": "build",
+            "engine": str(folder),
+            "preset": preset,
+            "seconds": round(time.perf_counter() - t0, 2),
+        }
+
+    def human(r: dict[str, Any]) -> None:
+        print(f"engine written to {r['engine']} ({r['seconds']} s); use it with --engine {r['engine']}")
+
+    return _execute(json_out, _verbosity(quiet, verbose), progress_jsonl, "build", body, human)
+
+
+@app.command("tiny-checkpoint")
+def tiny_checkpoint(
+    out_dir: Annotated[Path, typer.Argument(metavar="DIR", help="Folder to create (must be new or empty).")],
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the random weights.")] = 0,
+    full: Annotated[
+        bool, typer.Option("--full", help="The release's full sizes instead of tiny ones (several GB).")
+    ] = False,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = 0,
+) -> int:
+    """Write a random-weight checkpoint in the official IndexTTS-2 layout (tiny by default, for tests)."""
+
+    def body(rep: Reporter) -> dict[str, Any]:
+        try:
+            from fasttts_cli.build.tiny import FULL, TINY, write_tiny_checkpoint
+        except ImportError as e:
+            raise _missing_build_extra(e) from None
+        folder = write_tiny_checkpoint(out_dir, seed=seed, sizes=FULL if full else TINY)
+        size = sum(f.stat().st_size for f in Path(folder).rglob("*") if f.is_file())
+        return {
+            "ok": True,
+            "command": "tiny-checkpoint",
+            "checkpoint": str(folder),
+            "bytes": size,
+            "seed": seed,
+        }
+
+    def human(r: dict[str, Any]) -> None:
+        print(f"checkpoint written to {r['checkpoint']} ({r['bytes'] / 1e6:.1f} MB)")
+
+    return _execute(json_out, _verbosity(quiet, verbose), None, "tiny-checkpoint", body, human)
 
 
 # ---- entry point ---------------------------------------------------------------------------------

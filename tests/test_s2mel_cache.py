@@ -342,6 +342,18 @@ def test_policy_json_validation() -> None:
     assert _uniform("B").kept_fraction() == pytest.approx((2 + (STEPS - 1)) / (2 * STEPS))
 
 
+def test_runtime_side_needs_no_torch() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from fasttts_cli.s2mel_cache import calibrate, core, piecewise_ort, policy, schedules\n"
+        "assert 'torch' not in sys.modules, 'torch imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parent.parent)
+
+
 # -------------------------------------------------------------------------------- schedules
 
 

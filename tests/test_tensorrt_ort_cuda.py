@@ -123,6 +123,26 @@ def test_device_kv_roundtrip_and_gather(tmp_path: Path) -> None:
     np.testing.assert_array_equal(np.asarray(a2["present_key_0"]), b2["present_key_0"])
 
 
+def test_gather_graphs_are_what_they_claim() -> None:
+    import base64
+
+    from fasttts_cli.indextts2.sessions_cuda import GATHER_GRAPHS
+
+    for et in (TensorProto.FLOAT, TensorProto.FLOAT16):
+        g = helper.make_graph(
+            [helper.make_node("Gather", ["data", "rows"], ["out"], axis=0)],
+            "gather_rows",
+            [
+                helper.make_tensor_value_info("data", et, None),
+                helper.make_tensor_value_info("rows", TensorProto.INT64, ["n"]),
+            ],
+            [helper.make_tensor_value_info("out", et, None)],
+        )
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], producer_name="fasttts")
+        m.ir_version = 8
+        assert base64.b64decode(GATHER_GRAPHS[et]) == m.SerializeToString()
+
+
 @pytest.mark.parametrize("beams", [1, 3])
 def test_gpt_decoder_runs_unchanged_on_device_kv(tmp_path: Path, beams: int) -> None:
     path = _toy_trunk(tmp_path / "t.onnx")

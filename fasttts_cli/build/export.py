@@ -209,9 +209,7 @@ def graph_specs(m: IndexTTS2Modules) -> list[GraphSpec]:
 
     def dit_in(b, t, g):
         t = max(t, 8)
-        # TODO(s2mel): wavenet.pad_rows indexes out of range for rows much shorter than T; until that
-        # is fixed the verification keeps every row within 2 frames of T.
-        lens = _lengths(b, t, g, low=t - 2)
+        lens = _lengths(b, t, g, low=6)
         prompt = _randn(g, b, n_mels, t)
         return (
             _randn(g, b, n_mels, t),
@@ -626,7 +624,9 @@ def _release_unused(m: IndexTTS2Modules, pending: list[GraphSpec | None]) -> Non
 
 
 def default_out_dir(checkpoint_dir: Path, preset_name: str) -> Path:
-    return Path("engines") / f"{Path(checkpoint_dir).resolve().name}-{preset_name}"
+    from fasttts_cli.engine_select import engines_root
+
+    return engines_root() / f"{Path(checkpoint_dir).resolve().name}-{preset_name}"
 
 
 def build_engine(

@@ -523,8 +523,7 @@ def calibrate(
     from pathlib import Path
 
     from fasttts_cli.indextts2.engine import IndexTTS2Engine
-    from fasttts_cli.s2mel_cache.export_pieces import PIECES_DIR
-    from fasttts_cli.s2mel_cache.piecewise_ort import OrtPieces
+    from fasttts_cli.s2mel_cache.piecewise_ort import PIECES_DIR, OrtPieces
     from fasttts_cli.s2mel_cache.policy import engine_identity, write_policy_set
 
     folder = Path(engine_dir)

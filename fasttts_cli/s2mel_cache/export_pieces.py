@@ -30,11 +30,9 @@ import torch
 from torch import nn
 
 from fasttts_cli.build.dit import DiT, DiTInputs, rope_table
+from fasttts_cli.s2mel_cache.piecewise_ort import FORMAT_VERSION, INDEX, PIECES_DIR
 from fasttts_cli.s2mel_cache.piecewise_torch import DIAGONAL_BAND, attention_probs, diagonal_mass
 
-PIECES_DIR = "s2mel_pieces"
-INDEX = "pieces.json"
-FORMAT_VERSION = 1
 OPSET = 17
 VERIFY_REL = 1e-4
 

@@ -18,6 +18,7 @@ from fasttts_cli.errors import EngineMismatchError
 from fasttts_cli.s2mel_cache.core import FULL, CacheState, CFMRun, Plan, run_steps
 from fasttts_cli.s2mel_cache.schedules import euler_times
 
+PIECES_DIR = "s2mel_pieces"  # inside the engine folder
 INDEX = "pieces.json"
 FORMAT_VERSION = 1
 
@@ -192,7 +193,6 @@ class CachedCFM:
         cls, folder: Path | str, manifest: Any, s2mel: Any, threads: int | None = None
     ) -> CachedCFM | None:
         """`s2mel`: the preset's S2MelOptions (steps, cfg_rate, schedule, cache_level)."""
-        from fasttts_cli.s2mel_cache.export_pieces import PIECES_DIR
         from fasttts_cli.s2mel_cache.policy import load_policy
 
         folder = Path(folder)
