@@ -252,7 +252,7 @@ def _allowed_options(backend: str, precision: str, options: dict[str, Any]) -> d
         return {"keep_io_types": (True, False)}
     if backend == "tensorrt":
         return {"workspace_gb": _NUM, "opt_level": (0, 1, 2, 3, 4, 5), "profiles": _INT}
-    if backend == "tensorrt-llm":
+    if backend in ("tensorrt-llm", "torch"):  # beam rows the engine / CUDA graphs are sized for
         return {"max_beam_width": (1, 2, 3, 4, 5, 6, 7, 8)}
     return {}
 

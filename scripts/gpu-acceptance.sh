@@ -137,9 +137,10 @@ def gpt_rows(kind, preset, cpu_dir, out, manifest, limits, sim_cpu, rows) -> Non
 
     # (b1) TensorRT fp16 plan from the fp16 ONNX trunk
     src = out / "gpt_trunk.onnx"
-    apply_precision(cpu_dir / entry.file, src, ComponentSpec("tensorrt", "fp16"))
+    if not src.exists():
+        apply_precision(cpu_dir / entry.file, src, ComponentSpec("tensorrt", "fp16"))
     t = time.time()
-    if not sim_cpu:
+    if not sim_cpu and not (out / "gpt_trunk.plan").exists():  # the fp16 preset's loop built it already
         tb.build_component(out, "gpt_trunk", replace(entry, file=src.name), ComponentSpec("tensorrt", "fp16"),
                            limits, manifest.config)
     measure("tensorrt (trunk)", open_plan(out / "gpt_trunk.plan", sim_cpu), "fp16", time.time() - t)
@@ -153,6 +154,8 @@ def gpt_rows(kind, preset, cpu_dir, out, manifest, limits, sim_cpu, rows) -> Non
 
 def trtllm_row(kind, preset, ckpt, work, rows) -> None:
     spec = preset.components["gpt"]
+    if spec.backend != "tensorrt-llm":  # e.g. fp16 runs the trunk on TensorRT: check the fp16 conversion
+        spec = ComponentSpec("tensorrt-llm", "fp16", {"max_beam_width": 3})
     out = work / f"{kind}-{preset.name}-trtllm-ckpt"
     state = tc.state_from_gpt_pth(ckpt / "gpt.pth")
     import yaml

@@ -70,11 +70,17 @@ def test_cpu_quant_presets_state_block_and_accuracy_level() -> None:
     assert i8.run_keys() == load_preset("cpu-fp32").run_keys()
 
 
-def test_gpu_presets_use_trtllm_for_the_gpt() -> None:
-    want = {"fp16": "fp16", "w8a16": "w8a16", "w4a16": "w4a16"}
-    for name, prec in want.items():
+def test_gpu_presets_gpt_backends() -> None:
+    want = {
+        "fp16": ("tensorrt", "fp16"),
+        "w8a16": ("tensorrt-llm", "w8a16"),
+        "w4a16": ("tensorrt-llm", "w4a16"),
+    }
+    for name, bp in want.items():
         g = load_preset(name).components["gpt"]
-        assert (g.backend, g.precision) == ("tensorrt-llm", prec)
+        assert (g.backend, g.precision) == bp
+        others = {c.backend for k, c in load_preset(name).components.items() if k != "gpt"}
+        assert others == {"tensorrt"}
 
 
 def _write(tmp_path: Path, comp_line: str, name: str = "mine") -> Path:
@@ -184,7 +190,7 @@ def test_requirements_on_a_full_gpu_machine() -> None:
     for name in SHIPPED:
         st = gpu_stack.preset_status(load_preset(name), FULL_GPU)
         assert st.can_build and st.can_run, st.missing
-    reqs = {r.what: r for r in gpu_stack.requirements(load_preset("fp16"), FULL_GPU)}
+    reqs = {r.what: r for r in gpu_stack.requirements(load_preset("w8a16"), FULL_GPU)}
     assert set(reqs["tensorrt>=10,<12"].components) == {
         "w2v_bert",
         "codec",
@@ -195,11 +201,20 @@ def test_requirements_on_a_full_gpu_machine() -> None:
         "vocoder",
     }
     assert reqs["tensorrt-llm 1.2.x (own Python 3.12 environment)"].components == ("gpt",)
+    # fp16 needs no TensorRT-LLM at all
+    fp16 = {r.what for r in gpu_stack.requirements(load_preset("fp16"), NO_GPU) if not r.present}
+    assert fp16 == {"NVIDIA GPU", "tensorrt>=10,<12", "cuda-python"}
+
+
+def test_every_found_preset_validates() -> None:
+    """Presets other issues ship (gpu-torch-*) pass the same validation."""
+    for name in available_presets():
+        gpu_stack.check_preset(load_preset(name))
 
 
 def test_wrong_versions_are_reported() -> None:
     old = gpu_stack.GpuStack(**{**FULL_GPU.__dict__, "tensorrt": "9.3.0", "tensorrt_llm": "1.3.0"})
-    miss = _missing("fp16", old)
+    miss = _missing("w4a16", old)
     assert "tensorrt>=10,<12" in miss and "tensorrt-llm 1.2.x (own Python 3.12 environment)" in miss
     old_ort = gpu_stack.GpuStack(**{**NO_GPU.__dict__, "onnxruntime": "1.20.1"})
     assert _missing("cpu-int8", old_ort) == {"onnxruntime (CPU provider)"}
