@@ -50,6 +50,13 @@ def test_bench_on_tiny_engine(tiny_engine_dir: Path, tiny_checkpoint_dir: Path) 
     assert eager["voice_prep_s"] > 0 and ours["voice_prep_s"] > 0
     assert eager["peak_rss_mb"] >= ours["peak_rss_mb"] > 0
     table = format_table(r)
-    for label in ("voice prep, first", "ms/token, 3 beams", "s2mel per step", "RTF, 1 beam", "lines/s", "peak RSS"):
+    for label in (
+        "voice prep, first",
+        "ms/token, 3 beams",
+        "s2mel per step",
+        "RTF, 1 beam",
+        "lines/s",
+        "peak RSS",
+    ):
         assert label in table
     assert '"ours"' in to_json(r)
