@@ -635,6 +635,82 @@ def tiny_checkpoint(
     return _execute(json_out, _verbosity(quiet, verbose), None, "tiny-checkpoint", body, human)
 
 
+@app.command()
+def bench(
+    engine: Annotated[
+        Path | None, typer.Option("--engine", metavar="DIR", help="Engine folder to time.")
+    ] = None,
+    checkpoint: Annotated[
+        Path | None,
+        typer.Option("--checkpoint", metavar="DIR", help="The engine's checkpoint, for the eager side."),
+    ] = None,
+    random_weights: Annotated[
+        bool, typer.Option("--random-weights", help="Full-size random checkpoint + engine in a temp folder.")
+    ] = False,
+    preset: Annotated[str, typer.Option("--preset", metavar="NAME|FILE")] = "cpu-fp32",
+    tokens: Annotated[int, typer.Option("--tokens", help="Generated tokens per line (forced).")] = 100,
+    batch: Annotated[str, typer.Option("--batch", metavar="1,4,8", help="Batch sizes.")] = "1,4,8",
+    beams: Annotated[str, typer.Option("--beams", metavar="1,3", help="Beam counts.")] = "1,3",
+    steps_timed: Annotated[
+        int, typer.Option("--steps-timed", help="CFM steps run per measurement (scaled to the preset's).")
+    ] = 2,
+    threads: Annotated[int | None, typer.Option("--threads", help="CPU threads (default: all).")] = None,
+    no_eager: Annotated[bool, typer.Option("--no-eager", help="Skip the PyTorch eager side.")] = False,
+    work_dir: Annotated[
+        Path | None, typer.Option("--work-dir", metavar="DIR", help="Keep the random checkpoint/engine here.")
+    ] = None,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = 0,
+) -> int:
+    """Per-stage times, RTF and lines/s: our runtime vs the PyTorch eager modules, same weights, one run."""
+
+    def ints(flag: str, value: str) -> tuple[int, ...]:
+        try:
+            out = tuple(int(v) for v in value.split(",") if v.strip())
+        except ValueError:
+            out = ()
+        if not out or min(out) < 1:
+            raise UsageError(f"{flag} {value!r}: expected positive integers such as 1,4,8")
+        return out
+
+    def body(rep: Reporter) -> dict[str, Any]:
+        try:
+            from fasttts_cli.bench import BenchOptions, format_table, run_bench, to_json
+        except ImportError as e:
+            raise _missing_build_extra(e) from None
+        if not random_weights and engine is None:
+            raise UsageError("bench: give --engine DIR or --random-weights")
+        opts = BenchOptions(
+            engine=engine,
+            checkpoint=checkpoint,
+            random_weights=random_weights,
+            preset=preset,
+            tokens=tokens,
+            batches=ints("--batch", batch),
+            beams=ints("--beams", beams),
+            s2mel_steps_timed=steps_timed,
+            eager=not no_eager,
+            threads=threads,
+            work_dir=work_dir,
+        )
+        result = run_bench(opts, progress=rep.info)
+        table = format_table(result)
+        # numpy scalars and int keys: bench's own encoder makes the result plain JSON
+        return {"ok": True, "command": "bench", **json.loads(to_json(result)), "_table": table}
+
+    def human(r: dict[str, Any]) -> None:
+        print(r["_table"])
+
+    def body_json(rep: Reporter) -> dict[str, Any]:
+        r = body(rep)
+        if json_out:
+            r.pop("_table", None)
+        return r
+
+    return _execute(json_out, _verbosity(quiet, verbose), None, "bench", body_json, human)
+
+
 # ---- entry point ---------------------------------------------------------------------------------
 
 

@@ -43,7 +43,10 @@ def test_bench_on_tiny_engine(tiny_engine_dir: Path, tiny_checkpoint_dir: Path) 
     assert set(ours["batches"]) == {1, 2}
     for b, row in ours["batches"].items():
         assert np.isclose(row["audio_s"], b * 256 * frames_for(4) / 22050)
-        assert set(row["ms_per_token"]) == {1, 3} and all(v > 0 for v in row["ms_per_token"].values())
+        # a difference of two short timings on a tiny model: finite, but its sign is noise
+        assert set(row["ms_per_token"]) == {1, 3} and all(
+            np.isfinite(v) for v in row["ms_per_token"].values()
+        )
         assert row["rtf"][3] == row["batch_s"][3] / row["audio_s"]
         assert row["s2mel_s"] > row["s2mel_step_s"] * 24
     assert np.isclose(eager["audio_s"], 256 * frames_for(4) / 22050)
