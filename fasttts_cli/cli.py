@@ -80,6 +80,50 @@ EngineOpt = Annotated[
 ]
 PresetOpt = Annotated[str | None, typer.Option("--preset", help="Run-time preset name or .toml path.")]
 
+EmotionAudioOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--emotion-audio", metavar="WAV", help="Emotion reference (default: the speaker's own audio)."
+    ),
+]
+EmotionVectorOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--emotion-vector",
+        metavar="8 VALUES",
+        help="happy,angry,sad,afraid,disgusted,melancholic,surprised,calm weights in [0, 1].",
+    ),
+]
+EmotionAlphaOpt = Annotated[
+    float, typer.Option("--emotion-alpha", help="Strength of the emotion reference or vector (0..1).")
+]
+
+
+def _emotion(audio: Path | None, vector: str | None, alpha: float) -> Any:
+    """The EmotionSpec of the three --emotion-* flags; None when they are all at their defaults."""
+    from fasttts_cli.synthesizer import EmotionSpec
+
+    if audio is None and vector is None and alpha == 1.0:
+        return None
+    if audio is not None and not audio.is_file():
+        raise UsageError(f"--emotion-audio {audio}: file not found")
+    if audio is not None and vector is not None:
+        raise UsageError("--emotion-audio and --emotion-vector: give one of them, not both")
+    if not 0.0 <= alpha <= 1.0:
+        raise UsageError(f"--emotion-alpha {alpha}: must be between 0 and 1")
+    vec = None
+    if vector is not None:
+        try:
+            vec = tuple(float(v) for v in vector.split(","))
+        except ValueError:
+            vec = ()
+        if len(vec) != 8 or any(not 0.0 <= v <= 1.0 for v in vec):
+            raise UsageError(
+                f"--emotion-vector {vector!r}: expected 8 comma-separated values in [0, 1]",
+                hint="order: happy,angry,sad,afraid,disgusted,melancholic,surprised,calm",
+            )
+    return EmotionSpec(audio=audio, vector=vec, alpha=alpha)
+
 
 def _verbosity(quiet: bool, verbose: int) -> int:
     return QUIET if quiet else (NORMAL if verbose == 0 else VERBOSE)
@@ -244,6 +288,9 @@ def dub(
         bool, typer.Option("--soft-subtitles", help="Embed the re-timed subtitles.")
     ] = False,
     title: Annotated[str | None, typer.Option("--title", help="Dub track title.")] = None,
+    emotion_audio: EmotionAudioOpt = None,
+    emotion_vector: EmotionVectorOpt = None,
+    emotion_alpha: EmotionAlphaOpt = 1.0,
     json_out: JsonOpt = False,
     progress_jsonl: JsonlOpt = None,
     quiet: QuietOpt = False,
@@ -285,6 +332,7 @@ def dub(
     )
 
     def body(rep: Reporter) -> dict[str, Any]:
+        opts.emotion = _emotion(emotion_audio, emotion_vector, emotion_alpha)
         return run_dub(opts, rep).to_json()
 
     def human(r: dict[str, Any]) -> None:
@@ -318,6 +366,9 @@ def synth(
     engine: EngineOpt = None,
     preset: PresetOpt = None,
     seed: Annotated[int, typer.Option("--seed")] = 0,
+    emotion_audio: EmotionAudioOpt = None,
+    emotion_vector: EmotionVectorOpt = None,
+    emotion_alpha: EmotionAlphaOpt = 1.0,
     json_out: JsonOpt = False,
     progress_jsonl: JsonlOpt = None,
     quiet: QuietOpt = False,
@@ -328,7 +379,9 @@ def synth(
 
     def body(rep: Reporter) -> dict[str, Any]:
         t = sys.stdin.read() if text == "-" else text
-        return synth_one(SynthOptions(t, voice, output, engine=engine, preset=preset, seed=seed), rep)
+        emotion = _emotion(emotion_audio, emotion_vector, emotion_alpha)
+        so = SynthOptions(t, voice, output, engine=engine, preset=preset, seed=seed, emotion=emotion)
+        return synth_one(so, rep)
 
     def human(r: dict[str, Any]) -> None:
         print(f"wrote {r['outputs']['audio']} ({r['duration']:.2f} s at {r['sample_rate']} Hz)")
@@ -709,6 +762,105 @@ def bench(
         return r
 
     return _execute(json_out, _verbosity(quiet, verbose), None, "bench", body_json, human)
+
+
+@app.command()
+def calibrate(
+    engine: Annotated[Path, typer.Option("--engine", metavar="DIR", help="Engine folder to calibrate.")],
+    voice: Annotated[
+        list[Path], typer.Option("--voice", metavar="REF", help="A reference voice (repeat: a few of yours).")
+    ],
+    text: Annotated[list[str], typer.Option("--text", help="A calibration line (repeat: a few of yours).")],
+    level: Annotated[
+        list[str] | None, typer.Option("--level", metavar="T1..T6", help="Levels to calibrate (default all).")
+    ] = None,
+    checkpoint: Annotated[
+        Path | None,
+        typer.Option(
+            "--checkpoint",
+            metavar="DIR",
+            help="The engine's checkpoint (needed once, to export the DiT pieces).",
+        ),
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the calibration noise and codes.")] = 0,
+    max_codes: Annotated[
+        int | None, typer.Option("--max-codes", help="Cap each line's codes (faster calibration).")
+    ] = None,
+    max_trials: Annotated[
+        int | None,
+        typer.Option("--max-trials", help="Cap the trials per pass (untried modules stay computed)."),
+    ] = None,
+    threads: Annotated[int | None, typer.Option("--threads", help="CPU threads (default: all).")] = None,
+    json_out: JsonOpt = False,
+    progress_jsonl: JsonlOpt = None,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = 0,
+) -> int:
+    """Calibrate the s2mel cache (DiTReducio-style step and CFG-branch skipping) into an engine folder."""
+
+    def body(rep: Reporter) -> dict[str, Any]:
+        from fasttts_cli.engine_folder import read_manifest
+        from fasttts_cli.errors import EngineMismatchError, MissingDependencyError
+        from fasttts_cli.s2mel_cache.calibrate import calibrate as run_calibration
+        from fasttts_cli.s2mel_cache.piecewise_ort import PIECES_DIR
+        from fasttts_cli.s2mel_cache.policy import LEVELS
+
+        levels = list(level or [k for k in LEVELS if k != "T0"])
+        for lv in levels:
+            if lv not in LEVELS or lv == "T0":
+                raise UsageError(
+                    f"--level {lv}: unknown", hint=f"choose from {', '.join(k for k in LEVELS if k != 'T0')}"
+                )
+        for v in voice:
+            if not v.is_file():
+                raise UsageError(f"--voice {v}: file not found")
+        manifest = read_manifest(engine, expect_model="indextts2")
+        if not (engine / PIECES_DIR).is_dir():
+            if checkpoint is None:
+                raise MissingDependencyError(
+                    f"{engine}: has no {PIECES_DIR}/ (the DiT exported in pieces)",
+                    hint="pass --checkpoint DIR (the engine's own checkpoint) once to export them",
+                )
+            try:
+                from fasttts_cli.build.checkpoint import CheckpointPaths, load_checkpoint
+                from fasttts_cli.s2mel_cache.export_pieces import export_pieces_into_engine
+            except ImportError as e:
+                raise _missing_build_extra(e) from None
+            rep.info(f"loading {checkpoint}")
+            m = load_checkpoint(CheckpointPaths(checkpoint))
+            if m.digest() != manifest.checkpoint_digest:
+                raise EngineMismatchError(
+                    f"--checkpoint {checkpoint}: not the checkpoint {engine} was built from (digest differs)"
+                )
+            rep.info(f"exporting the DiT pieces into {engine / PIECES_DIR}")
+            export_pieces_into_engine(engine, m.s2mel.cfm.estimator)
+        extra = {} if max_trials is None else {"max_trials": max_trials}
+        ps = run_calibration(
+            engine,
+            voice,
+            text,
+            levels,
+            seed=seed,
+            threads=threads,
+            max_codes=max_codes,
+            progress=rep.info,
+            **extra,
+        )
+        rows = {
+            k: {"threshold": p.threshold, "kept": round(p.kept_fraction(), 4), "error": p.error}
+            for k, p in sorted(ps.levels.items())
+        }
+        return {"ok": True, "command": "calibrate", "engine": str(engine), "levels": rows}
+
+    def human(r: dict[str, Any]) -> None:
+        print(
+            f"s2mel cache policy written into {r['engine']}; pick a level with s2mel.cache_level in a preset"
+        )
+        for k, row in r["levels"].items():
+            err = "-" if row["error"] is None else f"{row['error']:.4f}"
+            print(f"  {k}: threshold {row['threshold']:.4f}, modules kept {row['kept']:.3f}, error {err}")
+
+    return _execute(json_out, _verbosity(quiet, verbose), progress_jsonl, "calibrate", body, human)
 
 
 # ---- entry point ---------------------------------------------------------------------------------

@@ -11,12 +11,13 @@ from fasttts_cli.errors import MissingDependencyError
 
 ENV_VAR = "FASTTTS_ENGINE"
 DRAFT = "draft"
+TORCH = "torch"  # the PyTorch GPU backend, run from a checkpoint directory
 
 
 @dataclass(frozen=True)
 class EngineSelection:
-    kind: str  # "draft" or the manifest's model id ("indextts2")
-    path: Path | None  # engine folder; None for the draft voice
+    kind: str  # "draft", "torch" (checkpoint directory) or the manifest's model id ("indextts2")
+    path: Path | None  # engine folder or checkpoint directory; None for the draft voice
     reason: str  # how it was chosen, for `doctor` and the JSON result
 
 
@@ -40,6 +41,9 @@ def _resolve(value: str, source: str) -> EngineSelection:
     if "/" not in value:
         candidates.append(engines_root() / value)
     for c in candidates:
+        if (c / "config.yaml").is_file() and (c / "gpt.pth").is_file():
+            # An official checkpoint directory: only the PyTorch backend runs straight from one.
+            return EngineSelection(TORCH, c, f"{source}={value} (checkpoint directory: torch backend)")
         if (c / MANIFEST).is_file():
             import json
 
@@ -50,5 +54,6 @@ def _resolve(value: str, source: str) -> EngineSelection:
             return EngineSelection(str(model), c, f"{source}={value}")
     raise MissingDependencyError(
         f"{source}: {value!r} is not an engine folder (no {MANIFEST} in {', '.join(map(str, candidates))})",
-        hint="build one with `fasttts build --checkpoint DIR --preset cpu-fp32`, or use --engine draft",
+        hint="build one with `fasttts build --checkpoint DIR --preset cpu-fp32`, give a checkpoint directory "
+        "(PyTorch backend), or use --engine draft",
     )

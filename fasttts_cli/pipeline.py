@@ -33,10 +33,10 @@ from fasttts_cli.cache import (
     retry_seed,
     work_dir_for,
 )
-from fasttts_cli.engine_select import DRAFT, EngineSelection, select_engine
+from fasttts_cli.engine_select import DRAFT, TORCH, EngineSelection, select_engine
 from fasttts_cli.errors import FastTTSError, InputError, MissingDependencyError, SynthesisError, UsageError
 from fasttts_cli.progress import QUIET, Reporter
-from fasttts_cli.synthesizer import Synthesizer, SynthRequest, SynthResult, Voice
+from fasttts_cli.synthesizer import EmotionSpec, Synthesizer, SynthRequest, SynthResult, Voice
 
 SR = 48000  # the delivery rate: every line is resampled to it exactly once
 FAILURE_POLICIES = ("fail", "silence", "skip")
@@ -67,6 +67,7 @@ class DubOptions:
     engine: str | None = None
     preset: str | None = None
     input_format: str | None = None
+    emotion: EmotionSpec | None = None  # --emotion-audio / --emotion-vector / --emotion-alpha, every voice
     name_prefix: bool = False
     batch_size: int = 8
     max_batch_tokens: int = 2000
@@ -175,6 +176,14 @@ def load_synthesizer(
         if cache_dir is not None:
             return IndexTTS2Synthesizer.load(selection.path, preset, cache_dir=cache_dir)
         return IndexTTS2Synthesizer.load(selection.path, preset)
+    if selection.kind == TORCH:
+        try:
+            from fasttts_cli.torch_backend.synthesizer import TorchSynthesizer
+        except ImportError as e:
+            raise MissingDependencyError(
+                f"the PyTorch backend cannot be loaded ({e})", hint="pip install -e '.[build]'"
+            ) from None
+        return TorchSynthesizer.load(selection.path, preset or "gpu-torch-fp16", cache_dir=cache_dir)
     raise MissingDependencyError(
         f"{selection.path}: engine for model {selection.kind!r} is not supported by this fasttts",
         hint="use an IndexTTS-2 engine folder or --engine draft",
@@ -187,6 +196,13 @@ def token_counter(selection: EngineSelection, preset: str | None) -> tuple[Calla
 
     if selection.kind == DRAFT:
         return draft_count_tokens, "draft (characters)"
+    if selection.kind == TORCH:
+        try:
+            from fasttts_cli.torch_backend.synthesizer import TorchSynthesizer
+
+            return TorchSynthesizer.tokenizer_counter(selection.path), "checkpoint tokenizer"
+        except ImportError:
+            return draft_count_tokens, "estimate (characters; torch backend unavailable)"
     try:
         from fasttts_cli.indextts2.synthesizer import IndexTTS2Synthesizer
 
@@ -496,7 +512,8 @@ def _synthesize_all(
         voices: dict[Path, Voice] = {}
         for ln in plan.lines:
             if ln.voice not in voices:
-                voices[ln.voice] = synth.prepare_voice(ln.voice, name=ln.speaker or ln.voice.stem)
+                name = ln.speaker or ln.voice.stem
+                voices[ln.voice] = synth.prepare_voice(ln.voice, name=name, emotion=o.emotion)
                 _voice_warnings(ln.voice, rep)
 
     states: dict[int, _LineState] = {}
@@ -1036,6 +1053,7 @@ class SynthOptions:
     preset: str | None = None
     seed: int = 0
     max_retries: int = 2
+    emotion: EmotionSpec | None = None
 
 
 def synth_one(
@@ -1059,7 +1077,7 @@ def synth_one(
         if not synth.clones_voice:
             rep.warn("draft voice: the reference voice is NOT cloned (Piper 'joe' voice)")
         with rep.stage("voices"):
-            voice = synth.prepare_voice(so.voice)
+            voice = synth.prepare_voice(so.voice, emotion=so.emotion)
         seed = line_seed(text, voice.key, so.seed)
         st = _LineState(_SynthLine(1, text), voice, seed)
         t0 = time.monotonic()

@@ -42,6 +42,7 @@ from fasttts_cli.indextts2 import features as feat
 from fasttts_cli.indextts2.sampling import Decoded, LineDecoder, SamplingParams
 from fasttts_cli.indextts2.sessions import Session, SessionOptions, open_session
 from fasttts_cli.presets import Preset, load_preset
+from fasttts_cli.s2mel_cache.schedules import euler_times
 
 MODEL_ID = "indextts2"
 SUPPORTED_MODEL_VERSIONS = ("2", "2.0")
@@ -178,28 +179,6 @@ class NoStopDecoder(LineDecoder):
         return super().step(logits)
 
 
-def euler_times(steps: int, schedule: str = "uniform") -> np.ndarray:
-    """(steps + 1,) float32 time points. "uniform" is torch.linspace(0, 1, steps + 1) value for value
-    (torch fills the first half from the start and the second half from the end); "sway" is the F5-TTS
-    sway schedule t + s (cos(pi t / 2) - 1 + t) with s = -1 (more steps near t = 0)."""
-    if steps < 1:
-        raise ValueError(f"s2mel steps must be >= 1, got {steps}")
-    n = steps + 1
-    step = np.float32(1.0) / np.float32(steps)
-    idx = np.arange(n)
-    t = np.where(
-        idx < n // 2,
-        np.float32(0.0) + step * idx.astype(np.float32),
-        np.float32(1.0) - step * (n - 1 - idx).astype(np.float32),
-    ).astype(np.float32)
-    if schedule == "uniform":
-        return t
-    if schedule == "sway":
-        t64 = t.astype(np.float64)
-        return (t64 - (np.cos(np.pi / 2 * t64) - 1 + t64)).astype(np.float32)
-    raise ValueError(f"unknown s2mel schedule {schedule!r} (uniform, sway)")
-
-
 def resolve_preset(manifest: Manifest, preset: Preset | str | Path | None, folder: Path) -> Preset:
     """The run-time preset: the given one (its build keys must equal the engine's), else the engine's own."""
     if preset is None:
@@ -267,6 +246,7 @@ class IndexTTS2Engine:
         self._decoder: dec.GPTDecoder | None = None
         self._mats: emo.EmotionMatrices | None = None
         self._text: Any = None
+        self._cfm_cache: dict[tuple[int, float, str, str], Any] = {}
 
     # ------------------------------------------------------------------------------- loading
 
@@ -541,6 +521,21 @@ class IndexTTS2Engine:
             style=np.stack([np.asarray(v.style, np.float32).reshape(-1) for v in voices]),
         )
 
+    def _cached_cfm(self, steps: int, cfg_rate: float, schedule: str, level: str) -> Any:
+        """The piecewise, policy-driven CFM for these run settings, or None at T0 (one per setting)."""
+        if level == "T0":
+            return None
+        key = (steps, float(cfg_rate), schedule, level)
+        if key not in self._cfm_cache:
+            from fasttts_cli.presets import S2MelOptions
+            from fasttts_cli.s2mel_cache.piecewise_ort import CachedCFM
+
+            opts = S2MelOptions(steps=steps, cfg_rate=cfg_rate, schedule=schedule, cache_level=level)
+            self._cfm_cache[key] = CachedCFM.for_engine(
+                self.folder, self.manifest, opts, self.options.threads
+            )
+        return self._cfm_cache[key]
+
     def cfm(
         self,
         inp: CFMInputs,
@@ -548,12 +543,20 @@ class IndexTTS2Engine:
         steps: int = 25,
         cfg_rate: float = 0.7,
         schedule: str = "uniform",
+        cache_level: str | None = None,
     ) -> np.ndarray:
         """Stage 4.4: Euler CFM from the start noise z (B, n_mels, T) -> x (B, n_mels, T); each row's
-        prompt region and padding are zero (its mel is x[b, :, prompt_lens[b]:x_lens[b]])."""
+        prompt region and padding are zero (its mel is x[b, :, prompt_lens[b]:x_lens[b]]).
+
+        `cache_level` (default: the preset's s2mel.cache_level): above T0, the engine's calibrated
+        s2mel cache policy runs the DiT in pieces and skips what the policy says to skip."""
         b, _, t_len = z.shape
         if inp.cat_condition.shape[:2] != (b, t_len):
             raise ValueError(f"cat_condition {inp.cat_condition.shape} does not match z {z.shape}")
+        cached = self._cached_cfm(steps, cfg_rate, schedule, cache_level or self.preset.s2mel.cache_level)
+        if cached is not None:
+            with self.times.time("cfm"):
+                return cached.solve(inp.cat_condition, inp.x_lens, inp.prompt, inp.prompt_lens, inp.style, z)
         pos = np.arange(t_len)[None, :]
         in_prompt = (pos < inp.prompt_lens[:, None]).astype(np.float32)[:, None, :]
         keep = ((pos >= inp.prompt_lens[:, None]) & (pos < inp.x_lens[:, None])).astype(np.float32)[
@@ -613,6 +616,7 @@ class IndexTTS2Engine:
         steps: int = 25,
         cfg_rate: float = 0.7,
         schedule: str = "uniform",
+        cache_level: str | None = None,
     ) -> list[np.ndarray]:
         """Latent pass, s2mel and vocoder for a batch of rows (each with >= 1 code). `noises[b]`: the
         CFM start noise (n_mels, Tm_b + Tg_b), or a generator to draw it from."""
@@ -624,7 +628,7 @@ class IndexTTS2Engine:
         for b, nz in enumerate(noises):
             n = int(inp.x_lens[b])
             z[b, :, :n] = self.cfm_noise(nz, n) if isinstance(nz, np.random.Generator) else nz[:, :n]
-        x = self.cfm(inp, z, steps, cfg_rate, schedule)
+        x = self.cfm(inp, z, steps, cfg_rate, schedule, cache_level)
         mels = [x[b, :, int(inp.prompt_lens[b]) : int(inp.x_lens[b])] for b in range(len(voices))]
         return self.vocode(mels)
 

@@ -302,10 +302,11 @@ class IndexTTS2Synthesizer:
                 s.error = "the model generated no speech codes (stop token first)"
             else:
                 ready.append(s)
-        groups: dict[tuple[int, float, str], list[_Segment]] = {}
+        groups: dict[tuple[int, float, str, str], list[_Segment]] = {}
         for s in ready:
-            groups.setdefault((s.s2mel.steps, s.s2mel.cfg_rate, s.s2mel.schedule), []).append(s)
-        for (steps, cfg_rate, schedule), group in groups.items():
+            key = (s.s2mel.steps, s.s2mel.cfg_rate, s.s2mel.schedule, s.s2mel.cache_level)
+            groups.setdefault(key, []).append(s)
+        for (steps, cfg_rate, schedule, cache_level), group in groups.items():
             wavs = e.codes_to_wavs(
                 [s.voice for s in group],
                 [s.prefix for s in group],
@@ -314,6 +315,7 @@ class IndexTTS2Synthesizer:
                 steps=steps,
                 cfg_rate=cfg_rate,
                 schedule=schedule,
+                cache_level=cache_level,
             )
             for s, w in zip(group, wavs, strict=True):
                 s.wav = w

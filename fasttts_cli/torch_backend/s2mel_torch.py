@@ -52,13 +52,9 @@ def half_with_fp32_norms(module: nn.Module, dtype: torch.dtype) -> nn.Module:
 
 
 def time_grid(steps: int, schedule: str = "uniform") -> np.ndarray:
-    """(steps + 1,) float32 Euler time points: torch.linspace(0, 1, steps + 1) as the original's solver
-    (and the numpy runtime's `euler_times`, value for value); "sway" is the runtime's own schedule."""
-    if schedule == "uniform":
-        if steps < 1:
-            raise ValueError(f"s2mel steps must be >= 1, got {steps}")
-        return torch.linspace(0, 1, steps + 1, dtype=torch.float32).numpy()
-    from fasttts_cli.indextts2.engine import euler_times  # pulls the audio front end (soxr)
+    """(steps + 1,) float32 Euler time points, the same grid as the ONNX runtime's (uniform equals the
+    original's torch.linspace value for value)."""
+    from fasttts_cli.s2mel_cache.schedules import euler_times
 
     return euler_times(steps, schedule)
 
