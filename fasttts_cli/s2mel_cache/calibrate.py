@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from fasttts_cli.errors import SynthesisError, UsageError
 from fasttts_cli.s2mel_cache.core import (
     BRANCH,
     COMPUTE,
@@ -470,6 +471,9 @@ def calibrate_ort(
 # ------------------------------------------------------------------------------------- engine folder
 
 
+RETRIES = 3  # extra seeds per calibration line whose generation stops at once
+
+
 def engine_rows(
     engine: Any, voices: Sequence[Any], texts: Sequence[str], seed: int = 0, max_codes: int | None = None
 ) -> list[dict[str, np.ndarray]]:
@@ -487,9 +491,14 @@ def engine_rows(
         vc = engine.voice_conditioning(speaker, engine.emotion_audio(voice))
         segs = [s for s in engine.text.segments(text) if s]
         if not segs:
-            raise ValueError(f"calibration text {text!r} has no speakable tokens")
+            raise UsageError(f"--text {text!r}: no speakable tokens")
         prefix = engine.prefix(vc.spk_latents, vc.emovec, segs[0])
-        codes = engine.generate([prefix], [params], [segment_seed_generator(seed + i, 0)])[0].codes
+        # A sampled line can stop before its first code; like synthesis's guard, try other seeds.
+        for attempt in range(RETRIES + 1):
+            gen = segment_seed_generator(seed + i + 1000 * attempt, 0)
+            codes = engine.generate([prefix], [params], [gen])[0].codes
+            if codes.size:
+                break
         if codes.size == 0:
             continue
         lat = engine.latent([prefix], [codes])
@@ -498,7 +507,10 @@ def engine_rows(
         n, p = int(inp.x_lens[0]), int(inp.prompt_lens[0])
         rows.append({"mu": inp.cat_condition[0, :n], "prompt": inp.prompt[0, :, :p], "style": inp.style[0]})
     if not rows:
-        raise ValueError("no calibration line produced speech codes")
+        raise SynthesisError(
+            f"no calibration line produced speech codes ({RETRIES + 1} seeds each)",
+            hint="use other --text/--voice lines or another --seed",
+        )
     return rows
 
 

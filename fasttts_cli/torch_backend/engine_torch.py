@@ -273,8 +273,12 @@ class TorchEngine:
         steps: int = 25,
         cfg_rate: float = 0.7,
         schedule: str = "uniform",
+        cache_level: str | None = None,
     ) -> list[np.ndarray]:
         """Latent pass, s2mel and vocoder for a batch of rows (as `IndexTTS2Engine.codes_to_wavs`)."""
+        if cache_level not in (None, "T0"):
+            # A per-line override reaches here; the preset itself was checked at load.
+            raise UsageError(f"s2mel cache_level {cache_level!r}: the torch backend has no s2mel cache")
         dev = self.device
         lat = self.latent(prefixes, codes)
         with self.times.time("s2mel_content"):
