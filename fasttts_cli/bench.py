@@ -47,7 +47,7 @@ class BenchOptions:
     engine: Path | None = None  # existing engine folder
     checkpoint: Path | None = None  # its checkpoint, for the eager side
     random_weights: bool = False  # full-size random checkpoint + engine in a temporary folder
-    preset: str = "cpu-fp32"
+    preset: str | None = None  # None: the engine's own (cpu-fp32 for --random-weights)
     tokens: int = 100  # generated tokens per line (100 codes = 2 s of speech)
     batches: tuple[int, ...] = (1, 4, 8)
     beams: tuple[int, ...] = (1, 3)
@@ -464,7 +464,7 @@ def run_bench(opts: BenchOptions, progress: Callable[[str], None] | None = None)
                 result["build"] = {**json.loads(done.read_text(encoding="utf-8")), "reused": True}
             else:
                 say("writing a full-size random checkpoint and building its engine (child process)")
-                result["build"] = _build_in_child(work, opts.preset, opts.seed)
+                result["build"] = _build_in_child(work, opts.preset or "cpu-fp32", opts.seed)
             engine_dir, checkpoint = Path(result["build"]["engine"]), Path(result["build"]["checkpoint"])
         assert engine_dir is not None
         voice = write_bench_voice(work / "bench-voice.wav", opts.ref_seconds)
@@ -473,9 +473,10 @@ def run_bench(opts: BenchOptions, progress: Callable[[str], None] | None = None)
         result["ours"] = ours
         if opts.eager and checkpoint is not None:
             say("timing the PyTorch eager modules")
-            from fasttts_cli.presets import load_preset
+            from fasttts_cli.engine_folder import read_manifest
+            from fasttts_cli.indextts2.engine import resolve_preset
 
-            p = load_preset(opts.preset)
+            p = resolve_preset(read_manifest(engine_dir), opts.preset, engine_dir)
             result["eager"] = bench_eager(opts, checkpoint, voice, p.s2mel.steps, p.s2mel.cfg_rate)
         elif opts.eager:
             result["eager"] = None
@@ -636,7 +637,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--engine", type=Path)
     ap.add_argument("--checkpoint", type=Path, help="the engine's checkpoint, for the eager side")
     ap.add_argument("--random-weights", action="store_true")
-    ap.add_argument("--preset", default="cpu-fp32")
+    ap.add_argument(
+        "--preset", default=None, help="default: the engine's own (cpu-fp32 with --random-weights)"
+    )
     ap.add_argument("--tokens", type=int, default=100)
     ap.add_argument("--batch", default="1,4,8")
     ap.add_argument("--beams", default="1,3")

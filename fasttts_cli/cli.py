@@ -700,7 +700,12 @@ def bench(
     random_weights: Annotated[
         bool, typer.Option("--random-weights", help="Full-size random checkpoint + engine in a temp folder.")
     ] = False,
-    preset: Annotated[str, typer.Option("--preset", metavar="NAME|FILE")] = "cpu-fp32",
+    preset: Annotated[
+        str | None,
+        typer.Option(
+            "--preset", metavar="NAME|FILE", help="Default: the engine's own (cpu-fp32 when random)."
+        ),
+    ] = None,
     tokens: Annotated[int, typer.Option("--tokens", help="Generated tokens per line (forced).")] = 100,
     batch: Annotated[str, typer.Option("--batch", metavar="1,4,8", help="Batch sizes.")] = "1,4,8",
     beams: Annotated[str, typer.Option("--beams", metavar="1,3", help="Beam counts.")] = "1,3",
