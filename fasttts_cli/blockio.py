@@ -195,21 +195,11 @@ def export_audio(src_wav: Path, out: Path, *, block: int = BLOCK) -> Path:
 
     .wav: a copy; .flac: re-written block by block (24-bit, the same samples); .m4a/.mp3/.opus: encoded by
     ffmpeg from the WAV with `mux.write_audio`'s codec settings."""
-    from fasttts_cli.errors import UsageError
-    from fasttts_cli.ffmpeg import run_ffmpeg
-    from fasttts_cli.mux import _AUDIO_FORMATS, _needs, _src, atomic_output
+    from fasttts_cli.mux import atomic_output, audio_format, encode_audio
 
     out = Path(out)
-    fmt = _AUDIO_FORMATS.get(out.suffix.lower())
-    if fmt is None:
-        raise UsageError(
-            f"{out}: cannot tell the audio format from '{out.suffix}'; use one of {', '.join(_AUDIO_FORMATS)}"
-        )
     info = sf.info(str(src_wav))
-    if fmt == "mp3" and info.channels > 2:
-        raise UsageError(f"{out}: MP3 holds at most 2 channels; use .m4a, .flac or .wav for {info.channels}")
-    if fmt in ("mp3", "opus", "m4a"):
-        _needs({"mp3": "libmp3lame", "opus": "libopus", "m4a": "aac"}[fmt], f"writing {out.suffix} files")
+    fmt = audio_format(out, info.channels)
     with atomic_output(out) as tmp:
         if fmt == "wav":
             shutil.copyfile(src_wav, tmp)
@@ -223,14 +213,5 @@ def export_audio(src_wav: Path, out: Path, *, block: int = BLOCK) -> Path:
                 for frames in src.blocks(blocksize=block, dtype="float32", always_2d=True):
                     dst.write(frames)
         else:
-            args = ["-i", _src(src_wav), "-map", "0:a:0", "-map_metadata", "-1"]
-            if fmt == "mp3":
-                args += ["-c:a", "libmp3lame", "-b:a", "192k", "-f", "mp3"]
-            elif fmt == "opus":
-                args += ["-c:a", "libopus", "-b:a", {1: "96k", 2: "128k"}.get(info.channels, "256k")]
-                args += ["-f", "opus"]
-            else:
-                args += ["-c:a", "aac", "-b:a", "384k" if info.channels > 2 else "192k"]
-                args += ["-movflags", "+faststart", "-f", "ipod"]
-            run_ffmpeg([*args, _src(tmp)], what=f"writing {out}")
+            encode_audio(src_wav, tmp, fmt, info.channels, out=out)
     return out

@@ -198,26 +198,48 @@ def _src(path: Path) -> str:
 # Audio-only output
 
 
-def write_audio(path: Path, x: np.ndarray, sr: int, *, bitrate: str | None = None) -> Path:
-    """Write mono `(n,)` or `(channels, n)` float audio by extension, atomically.
-
-    .wav: PCM 24-bit; .flac: 24-bit; .m4a: AAC (192k, 384k for >2 ch); .mp3: LAME 192k; .opus: Opus.
-    Samples beyond +/-1.0 are clipped by the integer formats (the mix is normalized to -1 dBTP first)."""
-    path = Path(path)
+def audio_format(path: Path, channels: int) -> str:
+    """The audio-only format for `path`'s extension (wav, flac, m4a, mp3, opus), checked against the
+    channel count and this ffmpeg's encoders, with an error naming the file otherwise."""
     fmt = _AUDIO_FORMATS.get(path.suffix.lower())
     if fmt is None:
         raise UsageError(
             f"{path}: cannot tell the audio format from '{path.suffix}'; "
             f"use one of {', '.join(_AUDIO_FORMATS)}"
         )
+    if fmt == "mp3" and channels > 2:
+        raise UsageError(f"{path}: MP3 holds at most 2 channels; use .m4a, .flac or .wav for {channels}")
+    if fmt in ("mp3", "opus", "m4a"):
+        _needs({"mp3": "libmp3lame", "opus": "libopus", "m4a": "aac"}[fmt], f"writing {path.suffix} files")
+    return fmt
+
+
+def encode_audio(
+    src_wav: Path, tmp: Path, fmt: str, channels: int, *, out: Path, bitrate: str | None = None
+) -> None:
+    """ffmpeg-encode a float WAV into `tmp` (the partial name of `out`) as m4a (AAC), mp3 (LAME) or opus."""
+    args = ["-i", _src(src_wav), "-map", "0:a:0", "-map_metadata", "-1"]
+    if fmt == "mp3":
+        args += ["-c:a", "libmp3lame", "-b:a", bitrate or "192k", "-f", "mp3"]
+    elif fmt == "opus":
+        rate = bitrate or {1: "96k", 2: "128k"}.get(channels, "256k")
+        args += ["-c:a", "libopus", "-b:a", rate, "-f", "opus"]
+    else:
+        args += ["-c:a", "aac", "-b:a", bitrate or ("384k" if channels > 2 else "192k")]
+        args += ["-movflags", "+faststart", "-f", "ipod"]
+    run_ffmpeg([*args, _src(tmp)], what=f"writing {out}")
+
+
+def write_audio(path: Path, x: np.ndarray, sr: int, *, bitrate: str | None = None) -> Path:
+    """Write mono `(n,)` or `(channels, n)` float audio by extension, atomically.
+
+    .wav: PCM 24-bit; .flac: 24-bit; .m4a: AAC (192k, 384k for >2 ch); .mp3: LAME 192k; .opus: Opus.
+    Samples beyond +/-1.0 are clipped by the integer formats (the mix is normalized to -1 dBTP first)."""
+    path = Path(path)
     a = np.asarray(x, dtype=np.float32)
     frames = a[:, None] if a.ndim == 1 else a.T  # soundfile wants (frames, channels)
     channels = frames.shape[1]
-    if fmt in ("mp3", "opus", "m4a"):
-        enc = {"mp3": "libmp3lame", "opus": "libopus", "m4a": "aac"}[fmt]
-        _needs(enc, f"writing {path.suffix} files")
-        if fmt == "mp3" and channels > 2:
-            raise UsageError(f"{path}: MP3 holds at most 2 channels; use .m4a, .flac or .wav for {channels}")
+    fmt = audio_format(path, channels)
     with atomic_output(path) as tmp:
         if fmt in ("wav", "flac"):
             sf.write(str(tmp), frames, sr, subtype="PCM_24", format=fmt.upper())
@@ -225,16 +247,7 @@ def write_audio(path: Path, x: np.ndarray, sr: int, *, bitrate: str | None = Non
             src = tmp.with_name(f".{path.stem}.partial-src.wav")
             try:
                 sf.write(str(src), frames, sr, subtype="FLOAT", format="WAV")
-                args = ["-i", _src(src), "-map", "0:a:0", "-map_metadata", "-1"]
-                if fmt == "mp3":
-                    args += ["-c:a", "libmp3lame", "-b:a", bitrate or "192k", "-f", "mp3"]
-                elif fmt == "opus":
-                    rate = bitrate or {1: "96k", 2: "128k"}.get(channels, "256k")
-                    args += ["-c:a", "libopus", "-b:a", rate, "-f", "opus"]
-                else:
-                    args += ["-c:a", "aac", "-b:a", bitrate or ("384k" if channels > 2 else "192k")]
-                    args += ["-movflags", "+faststart", "-f", "ipod"]
-                run_ffmpeg([*args, _src(tmp)], what=f"writing {path}")
+                encode_audio(src, tmp, fmt, channels, out=path, bitrate=bitrate)
             finally:
                 with contextlib.suppress(OSError):
                     src.unlink()
