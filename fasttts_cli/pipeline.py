@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from fasttts_cli import __version__
+from fasttts_cli.blockio import BLOCK
 from fasttts_cli.cache import (
     LineCache,
     atomic_write_json,
@@ -47,7 +48,7 @@ AUDIO_EXTS = (".wav", ".flac", ".m4a", ".mp3", ".opus")
 UNTIMED_PAUSE = 0.5  # seconds between lines of untimed input (plain text)
 # Frames per block in the assembly (timeline, mix, loudness passes): bounds memory on long inputs; a
 # programme shorter than this is one block. Tests lower it to exercise block edges.
-ASSEMBLY_BLOCK = 1 << 18
+ASSEMBLY_BLOCK = BLOCK
 
 
 # ---- options and results -------------------------------------------------------------------------
