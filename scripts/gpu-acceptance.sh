@@ -9,10 +9,11 @@
 # fp32 ONNX on the exporter's own example inputs, with a tolerance per precision (below). The GPT runs
 # (a) as the TensorRT-LLM checkpoint: numpy conversion always; in the TensorRT-LLM env when present,
 # `finalize` (weight-only quantization) and the engine build with our IndexTTS2GPTForCausalLM class
-# (first run of that code: it could not be run where it was written); running that engine is not
-# implemented yet (reported as such); (b) as our ONNX trunk on TensorRT fp16 and on ONNX
-# Runtime's CUDA EP with the KV cache on the device: teacher-forced logits vs CPU fp32, ms per token at
-# batch 1 and 8. Prints one table; writes $WORK/acceptance.json.
+# (first run of that code: it could not be run where it was written), then runs that engine through
+# fasttts_cli/trtllm_worker.py: teacher-forced logits and latent vs CPU fp32 (without the env, the
+# worker's numpy reference on the converted checkpoint, reported as not run); (b) as our ONNX trunk on
+# TensorRT fp16 and on ONNX Runtime's CUDA EP with the KV cache on the device: teacher-forced logits vs
+# CPU fp32, ms per token at batch 1 and 8. Prints one table; writes $WORK/acceptance.json.
 #
 # usage: scripts/gpu-acceptance.sh [--only tiny|full] [--sim-cpu]
 #   --sim-cpu  runs the same pipeline with ONNX Runtime CPU in place of TensorRT (no GPU needed): checks
@@ -173,7 +174,7 @@ def trtllm_row(kind, preset, ckpt, work, rows) -> None:
         steps = [["finalize", str(out)]] if spec.precision in ("w8a16", "w4a16") else []
         steps.append(["build", str(out), str(out) + "-engine", "--max_batch_size", "8", "--max_input_len", "200",
                       "--max_seq_len", "1800", "--gather_context_logits", "--gpt_attention_plugin", "auto",
-                      "--remove_input_padding", "enable"])
+                      "--remove_input_padding", "enable", "--paged_kv_cache", "disable"])
         for step in steps:
             t = time.time()
             r = subprocess.run([py, tc.__file__, *step], capture_output=True, text=True)
@@ -182,10 +183,46 @@ def trtllm_row(kind, preset, ckpt, work, rows) -> None:
                                        else f"FAILED: {r.stderr.strip()[-300:]}")
             if r.returncode != 0:
                 break
-    note += "; running the TensorRT-LLM engine (custom positions, latent pass) is NOT DONE"
+    # run it through our worker (fasttts_cli/trtllm_worker.py); without the TensorRT-LLM env, the worker's
+    # numpy reference backend on the converted checkpoint checks this path (ok None: the engine did not run)
+    err = None
+    if ok:
+        engine = Path(str(out) + "-engine") if py else out
+        try:
+            err, lat_err = trtllm_parity(kind, work, engine, "trtllm" if py else "reference")
+            note += f"; {'engine' if py else 'numpy reference (no engine)'} via worker: latent rel err {lat_err:.3g}"
+            err = max(err, lat_err)
+        except Exception as e:  # the row reports it; the other rows still run
+            ok, note = False, note + f"; running it FAILED: {str(e)[-400:]}"
+    tol = GPT_TOL.get(spec.precision, 3e-2)
+    status = False if not ok else (err < tol if py and err is not None else None)
     # ok None = not run: the table shows it, the exit status does not pretend it passed or failed
     rows.append({"checkpoint": kind, "preset": preset.name, "component": "gpt", "backend": "tensorrt-llm",
-                 "precision": spec.precision, "ok": None if ok else False, "note": note})
+                 "precision": spec.precision, "rel_err": err, "tol": tol, "ok": status, "note": note})
+
+
+def trtllm_parity(kind: str, work: Path, engine: Path, backend: str) -> tuple[float, float]:
+    """Teacher-forced logits and the latent from the worker vs the CPU fp32 ONNX trunk (GPTDecoder)."""
+    from fasttts_cli.indextts2.gpt_trtllm import LinePrompt, TrtllmGPT
+
+    cpu_dir = work / f"{kind}-cpu-fp32"
+    manifest = read_manifest(cpu_dir)
+    c = manifest.config["gpt"]
+    emb = dec.HostEmbeddings.load(cpu_dir)
+    ref = dec.GPTDecoder(OrtSession(cpu_dir / manifest.components["gpt_trunk"].file), emb,
+                         layers=c["layers"], heads=c["heads"])
+    rng = np.random.default_rng(0)
+    with TrtllmGPT(engine, backend=backend) as gpt:
+        n_lat = gpt.layout.n_conds - 2
+        lat = (0.5 * rng.standard_normal((n_lat, emb.model_dim))).astype(np.float32)
+        emo = (0.3 * rng.standard_normal(emb.model_dim)).astype(np.float32)
+        text = rng.integers(2, emb.text_embedding.shape[0], 24)
+        codes = rng.integers(0, 8192, 32)
+        prefix, prompt = emb.prefix(lat, emo, text), LinePrompt.from_voice(lat, emo, emb.speed, text)
+        want, _ = ref.forced(prefix, codes)
+        got, _ = gpt.forced(prompt, codes)
+        (lat_want,), (lat_got,) = ref.latents([prefix], [codes]), gpt.latents([prompt], [codes])
+    return rel(got, want), rel(lat_got, lat_want)
 
 
 def run(kind: str, work: Path, sim_cpu: bool, rows: list) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -272,6 +273,9 @@ def test_ort_session_interface(trunk: Trunk, monkeypatch: pytest.MonkeyPatch) ->
         sess.run(None, {dec.INPUTS_EMBEDS: x})
     monkeypatch.setenv("FASTTTS_THREADS", "3")
     assert SessionOptions().resolved_threads() == 3 and SessionOptions(threads=1).resolved_threads() == 1
+    # unset: an explicit count (never onnxruntime's 0, which pins threads), the CPUs we may use
+    monkeypatch.delenv("FASTTTS_THREADS")
+    assert SessionOptions().resolved_threads() == len(os.sched_getaffinity(0))
     with pytest.raises(MissingDependencyError, match="torch"):
         open_session("x.onnx", "torch")
 

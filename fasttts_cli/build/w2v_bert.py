@@ -9,6 +9,8 @@ exports cleanly to ONNX with dynamic batch and time axes.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -18,6 +20,38 @@ from fasttts_cli.build.weights import strict_load, torch_load
 from fasttts_cli.errors import InputError
 
 W2V_LAYER = 17  # the original uses hidden_states[17]: the output of encoder layer 17 (index 0 = projection)
+
+
+def _relative_key_bias(module: nn.Module, query: torch.Tensor, key: torch.Tensor):
+    """transformers' relative-key position scores, q[b,h,l] . E[clamp(r - l)], as one batched matmul
+    over query positions. transformers writes it as an einsum, which ONNX Runtime runs with a generic
+    Einsum kernel: 12% of a w2v-BERT pass; the matmul form gives the same sums."""
+    b, h, q_len, d = query.shape
+    k_len = key.shape[2]
+    left, right = module.left_max_position_embeddings, module.right_max_position_embeddings
+    distance = torch.arange(k_len, device=query.device).view(1, -1) - torch.arange(
+        q_len, device=query.device
+    ).view(-1, 1)
+    table = module.distance_embedding(distance.clamp(-left, right) + left).to(query.dtype)  # (L, R, D)
+    scores = torch.matmul(query.permute(2, 0, 1, 3).reshape(q_len, b * h, d), table.transpose(1, 2))
+    return query, scores.reshape(q_len, b, h, k_len).permute(1, 2, 0, 3) * module.scaling
+
+
+@contextmanager
+def _matmul_relative_keys() -> Iterator[None]:
+    """Route transformers' relative-key helper to `_relative_key_bias` while our layers run."""
+    from transformers.models.wav2vec2_bert import modeling_wav2vec2_bert as hf
+
+    name = "_apply_relative_key_position_encoding"
+    original = getattr(hf, name, None)
+    if original is None:  # another transformers layout: keep its own computation
+        yield
+        return
+    setattr(hf, name, _relative_key_bias)
+    try:
+        yield
+    finally:
+        setattr(hf, name, original)
 
 
 class W2VBertFeatures(nn.Module):
@@ -47,13 +81,14 @@ class W2VBertFeatures(nn.Module):
         h0 = h
         # additive key mask (B,1,1,T): 0 where valid, the dtype's minimum where padded
         key_mask = (~valid).to(h.dtype)[:, None, None, :] * torch.finfo(h.dtype).min
-        for block in self.model.encoder.layers[: self.layer]:
-            h = block(
-                h,
-                attention_mask=key_mask,
-                relative_position_embeddings=None,
-                conv_attention_mask=attention_mask,
-            )
+        with _matmul_relative_keys():
+            for block in self.model.encoder.layers[: self.layer]:
+                h = block(
+                    h,
+                    attention_mask=key_mask,
+                    relative_position_embeddings=None,
+                    conv_attention_mask=attention_mask,
+                )
         return h0, h
 
     def forward(self, input_features: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:

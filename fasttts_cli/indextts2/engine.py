@@ -416,6 +416,10 @@ class IndexTTS2Engine:
         self, emo_cond_emb: np.ndarray, spk_cond_emb: np.ndarray, alpha: float = 1.0
     ) -> np.ndarray:
         """Stage 3.1: merge_emovec = base + alpha (emo - base), base from the speaker features."""
+        if alpha == 1.0:
+            # base + (emo - base) is emo up to one rounding step: skip the speaker-side emotion
+            # conditioner (about 10% of a voice's preparation) in the default case.
+            return self.emovec_of(emo_cond_emb)
         base = self.emovec_of(spk_cond_emb)
         return emo.blend_emovec(base[None], self.emovec_of(emo_cond_emb)[None], alpha)[0]
 

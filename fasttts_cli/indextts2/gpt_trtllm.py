@@ -1,0 +1,363 @@
+"""The GPT stage on TensorRT-LLM, from our runtime's side: a client of `fasttts_cli.trtllm_worker`.
+
+TensorRT-LLM lives in its own Python environment ($FASTTTS_TRTLLM_PYTHON), so the engine runs in a worker
+process and this module talks to it over pipes (framing: `trtllm_worker` docstring). The sampling stays
+here, per line, with `LineDecoder` and the line's own generator, exactly as `GPTDecoder` does it; the
+worker only turns (parents, tokens) into the next logits. So `TrtllmGPT.generate` / `latents` return what
+`GPTDecoder.generate` / `latents` return (`Decoded` per line; (n, D) latents per line), and with the
+numpy `reference` backend they equal the ONNX trunk's results within float tolerance.
+
+The difference at the seam: the worker wants a line as its conditioning rows and text ids (the engine
+looks the text up in its merged table and takes the rows through the prompt table), not as the prefix
+embedding `HostEmbeddings.prefix` builds; `LinePrompt.from_voice` makes one from the same inputs.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fasttts_cli.build import trtllm_convert as tc
+from fasttts_cli.errors import EngineMismatchError, MissingDependencyError, SynthesisError
+from fasttts_cli.indextts2.sampling import Decoded, LineDecoder, SamplingParams
+from fasttts_cli.trtllm_worker import PROTOCOL, FrameError, encode_frame, read_frame
+
+TRTLLM_PYTHON_ENV = "FASTTTS_TRTLLM_PYTHON"  # same name as gpu_stack.TRTLLM_PYTHON_ENV
+BACKENDS = ("auto", "trtllm", "reference")
+_PACKAGE_ROOT = Path(__file__).resolve().parent.parent.parent  # the folder holding fasttts_cli/
+
+
+@dataclass(frozen=True)
+class LinePrompt:
+    """One line as the TensorRT-LLM GPT takes it."""
+
+    conds: np.ndarray  # (n_conds, D) float32: speaker latents + emovec, speed_emb[1], speed_emb[0]
+    text_ids: np.ndarray  # (L,) int64 text token ids (start/stop ids are dropped by the layout)
+
+    @staticmethod
+    def from_voice(
+        spk_latents: np.ndarray, emovec: np.ndarray, speed: np.ndarray, text_ids: Sequence[int] | np.ndarray
+    ) -> LinePrompt:
+        """The same inputs `HostEmbeddings.prefix(spk_latents, emovec, text_ids)` takes; `speed` is the
+        engine's speed_emb table (2, D)."""
+        return LinePrompt(
+            tc.conds_rows(spk_latents, emovec, speed), np.asarray(text_ids, dtype=np.int64).reshape(-1)
+        )
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """What the worker reported when it started."""
+
+    backend: str
+    hidden_size: int
+    layout: tc.MergedLayout
+    engine_dir: Path
+    python: str
+
+    @property
+    def max_codes(self) -> int:
+        """Most codes a line can get: code k sits at mel position k + 2 (as HostEmbeddings.max_codes)."""
+        return self.layout.mel_pos_rows - 2
+
+
+@dataclass(frozen=True)
+class StepOutput:
+    logits: np.ndarray  # (R, n_mel) float32, the last position of every row
+    hidden: np.ndarray  # (R, D) float32, after ln_f and final_norm
+
+
+def worker_python(backend: str, python: str | None = None) -> str:
+    """The interpreter that runs the worker: explicit; else this one for the numpy reference backend;
+    else $FASTTTS_TRTLLM_PYTHON (TensorRT-LLM's own environment, which the trtllm backend needs)."""
+    if python:
+        return python
+    if backend == "reference":
+        return sys.executable
+    env = os.environ.get(TRTLLM_PYTHON_ENV)
+    if env:
+        return env
+    raise MissingDependencyError(
+        f"the TensorRT-LLM GPT runs in TensorRT-LLM's own Python environment, and ${TRTLLM_PYTHON_ENV} "
+        "is not set",
+        hint=f"export {TRTLLM_PYTHON_ENV}=/path/to/trtllm-env/bin/python (Python 3.12 with tensorrt-llm 1.2)",
+    )
+
+
+class WorkerClient:
+    """One worker process and its pipes: requests and responses, one at a time."""
+
+    def __init__(
+        self,
+        engine_dir: Path | str,
+        *,
+        backend: str = "auto",
+        python: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stderr_lines: int = 40,
+    ) -> None:
+        if backend not in BACKENDS:
+            raise ValueError(f"backend {backend!r}; allowed: {', '.join(BACKENDS)}")
+        self.engine_dir = Path(engine_dir)
+        want = (
+            "reference" if backend == "auto" and not (self.engine_dir / "rank0.engine").is_file() else backend
+        )
+        self.python = worker_python(want, python)
+        self._stderr: collections.deque[str] = collections.deque(maxlen=stderr_lines)
+        run_env = dict(os.environ if env is None else env)
+        # the worker imports fasttts_cli.trtllm_worker and build.trtllm_convert (numpy only) from this
+        # checkout: TensorRT-LLM's environment need not have fasttts installed
+        run_env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(_PACKAGE_ROOT), run_env.get("PYTHONPATH")) if p
+        )
+        cmd = [self.python, "-m", "fasttts_cli.trtllm_worker", str(self.engine_dir), "--backend", backend]
+        try:
+            self.proc = subprocess.Popen(
+                cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=run_env
+            )
+        except OSError as e:
+            raise MissingDependencyError(
+                f"cannot start the GPT worker with {self.python}: {e.strerror or e}",
+                hint=f"check ${TRTLLM_PYTHON_ENV}" if want != "reference" else None,
+            ) from None
+        self._drain = threading.Thread(target=self._read_stderr, daemon=True)
+        self._drain.start()
+        header, _ = self._receive("start")
+        if not header.get("ok"):
+            self._wait()
+            cls = EngineMismatchError if header.get("kind") == "engine" else SynthesisError
+            raise cls(f"GPT worker: {header.get('error')}{self._tail()}")
+        if header.get("protocol") != PROTOCOL:
+            self.close()
+            raise EngineMismatchError(
+                f"GPT worker speaks protocol {header.get('protocol')}, this runtime {PROTOCOL}",
+                hint="run the worker from the same fasttts checkout",
+            )
+        lay = header["layout"]
+        self.info = WorkerInfo(
+            backend=str(header["backend"]),
+            hidden_size=int(header["hidden_size"]),
+            layout=tc.MergedLayout(**{k: int(lay[k]) for k in _LAYOUT_KEYS}),
+            engine_dir=self.engine_dir,
+            python=self.python,
+        )
+
+    # ------------------------------------------------------------------ pipes
+
+    def _read_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        for raw in self.proc.stderr:
+            self._stderr.append(raw.decode("utf-8", "replace").rstrip())
+
+    def _wait(self, timeout: float = 10.0) -> int | None:
+        try:
+            code = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        self._drain.join(timeout=2.0)
+        return code
+
+    def _tail(self) -> str:
+        lines = [ln for ln in self._stderr if ln.strip()]
+        return ("\n  worker stderr (last lines):\n    " + "\n    ".join(lines)) if lines else ""
+
+    def _dead(self, what: str, detail: str = "") -> SynthesisError:
+        code = self._wait(5.0)
+        status = f"exited with code {code}" if code is not None else "stopped answering (killed)"
+        if code is None:  # out of step with us: nothing it says can be trusted any more
+            self.proc.kill()
+            self._wait()
+        return SynthesisError(
+            f"GPT worker ({self.python}, {self.engine_dir}) {status} during {what}{detail}{self._tail()}"
+        )
+
+    def _receive(self, what: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        assert self.proc.stdout is not None
+        try:
+            frame = read_frame(self.proc.stdout)
+        except FrameError as e:
+            raise self._dead(what, f" (bad frame: {e})") from None
+        if frame is None:
+            raise self._dead(what)
+        return frame
+
+    def request(
+        self, op: str, arrays: Mapping[str, np.ndarray] | None = None, **fields: Any
+    ) -> dict[str, np.ndarray]:
+        """Send one request and return the response's arrays; an error response raises SynthesisError."""
+        if self.proc.poll() is not None:
+            raise self._dead(op)
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(encode_frame({"op": op, **fields}, arrays))
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise self._dead(op) from None
+        header, out = self._receive(op)
+        if not header.get("ok"):
+            detail = self._tail() if header.get("kind") != "request" else ""
+            raise SynthesisError(f"GPT worker refused {op!r}: {header.get('error')}{detail}")
+        return out
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(SynthesisError):  # closing anyway: a dead worker is fine here
+                self.request("close")
+            if self._wait(10.0) is None:
+                self.proc.kill()
+                self._wait()
+        for f in (self.proc.stdin, self.proc.stdout):
+            if f is not None:
+                f.close()
+
+    def __enter__(self) -> WorkerClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+_LAYOUT_KEYS = (
+    "n_mel",
+    "text_vocab",
+    "mel_pos_rows",
+    "text_pos_rows",
+    "n_conds",
+    "start_mel",
+    "stop_mel",
+    "start_text",
+    "stop_text",
+)
+
+
+def _lines(prompts: Sequence[LinePrompt]) -> dict[str, np.ndarray]:
+    return {
+        "conds": np.stack([np.asarray(p.conds, dtype=np.float32) for p in prompts]),
+        "text_ids": np.concatenate([np.asarray(p.text_ids, dtype=np.int64).reshape(-1) for p in prompts]),
+        "text_lens": np.array([np.asarray(p.text_ids).size for p in prompts], dtype=np.int64),
+    }
+
+
+class TrtllmGPT:
+    """`GPTDecoder`'s `generate` / `generate_codes` / `forced` / `latents` over the worker.
+
+    `generate` keeps one `LineDecoder` per line (its params and generator): a line's codes never depend
+    on its batch-mates. Unlike `GPTDecoder`, rows of finished lines stay in the worker's batch (fed their
+    parent's row and the stop code; their outputs are ignored), as TensorRT-LLM's static batch does.
+    """
+
+    def __init__(self, engine_dir: Path | str, *, backend: str = "auto", python: str | None = None) -> None:
+        self.worker = WorkerClient(engine_dir, backend=backend, python=python)
+        self.info = self.worker.info
+        self.layout = self.info.layout
+
+    def close(self) -> None:
+        self.worker.close()
+
+    def __enter__(self) -> TrtllmGPT:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ step interface
+
+    def prefill(self, prompts: Sequence[LinePrompt], rows: Sequence[int], max_steps: int) -> StepOutput:
+        """Context pass; line i gets rows[i] identical rows. At most `max_steps` steps may follow."""
+        arrays = _lines(prompts)
+        arrays["rows"] = np.asarray(rows, dtype=np.int64)
+        out = self.worker.request("prefill", arrays, max_steps=int(max_steps))
+        return StepOutput(out["logits"], out["hidden"])
+
+    def step(self, parents: np.ndarray, tokens: np.ndarray) -> StepOutput:
+        """Row r continues from row parents[r] (same line) and is fed tokens[r]."""
+        out = self.worker.request(
+            "step",
+            {"parents": np.asarray(parents, dtype=np.int64), "tokens": np.asarray(tokens, dtype=np.int64)},
+        )
+        return StepOutput(out["logits"], out["hidden"])
+
+    def end(self) -> None:
+        self.worker.request("end")
+
+    # ------------------------------------------------------------------ GPTDecoder's results
+
+    def generate(self, prompts: Sequence[LinePrompt], decoders: Sequence[LineDecoder]) -> list[Decoded]:
+        if len(prompts) != len(decoders):
+            raise ValueError("one decoder per prompt")
+        if not prompts:
+            return []
+        for dec in decoders:
+            if dec.params.max_tokens > self.info.max_codes:
+                raise ValueError(
+                    f"max_tokens {dec.params.max_tokens} exceeds the {self.info.max_codes} "
+                    "mel positions of this engine"
+                )
+            if dec.vocab != self.layout.n_mel:
+                raise ValueError(f"decoder vocab {dec.vocab}; this engine has {self.layout.n_mel} mel codes")
+        rows = [d.rows for d in decoders]
+        offsets = np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64)
+        total = int(sum(rows))
+        out = self.prefill(prompts, rows, max(d.params.max_tokens for d in decoders))
+        active = list(range(len(prompts)))
+        try:
+            while True:
+                parents = np.arange(total, dtype=np.int64)  # finished rows: continue from themselves
+                tokens = np.full(total, self.layout.stop_mel, dtype=np.int64)
+                still = []
+                for li in active:
+                    dec, o = decoders[li], offsets[li]
+                    p, t = dec.step(out.logits[o : o + dec.rows])
+                    if not dec.done:
+                        parents[o : o + dec.rows] = o + p
+                        tokens[o : o + dec.rows] = t
+                        still.append(li)
+                active = still
+                if not active:
+                    break
+                out = self.step(parents, tokens)
+        finally:
+            if self.worker.proc.poll() is None:
+                self.end()
+        return [d.result() for d in decoders]
+
+    def generate_codes(
+        self, prompts: Sequence[LinePrompt], params: SamplingParams, seeds: Sequence[int | None]
+    ) -> list[Decoded]:
+        return self.generate(prompts, [LineDecoder(params, s, vocab=self.layout.n_mel) for s in seeds])
+
+    def forced(self, prompt: LinePrompt, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The generation path under teacher forcing, as `GPTDecoder.forced`: (logits (n+1, n_mel),
+        hidden (n+1, D)); row k follows [prefix, start@0, c_0@2 .. c_{k-1}@k+1]."""
+        codes = np.asarray(codes, dtype=np.int64).reshape(-1)
+        out = self.prefill([prompt], [1], codes.size)
+        logits, hidden = [out.logits[0]], [out.hidden[0]]
+        for c in codes:
+            out = self.step(np.zeros(1, dtype=np.int64), np.array([c]))
+            logits.append(out.logits[0])
+            hidden.append(out.hidden[0])
+        self.end()
+        return np.stack(logits), np.stack(hidden)
+
+    def latents(self, prompts: Sequence[LinePrompt], codes: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """The teacher-forced second pass (mel positions 0..n+1); (n_i, D) per line."""
+        if len(prompts) != len(codes):
+            raise ValueError("one code array per prompt")
+        if not prompts:
+            return []
+        cs = [np.asarray(c, dtype=np.int64).reshape(-1) for c in codes]
+        arrays = _lines(prompts)
+        arrays["codes"] = np.concatenate(cs)
+        arrays["code_lens"] = np.array([c.size for c in cs], dtype=np.int64)
+        hidden = self.worker.request("latent", arrays)["hidden"]
+        return [h.copy() for h in np.split(hidden, np.cumsum([c.size for c in cs])[:-1])]

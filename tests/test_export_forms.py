@@ -1,0 +1,95 @@
+"""The export-friendly forms used where ONNX Runtime's kernels are slow equal the forms they replace."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+from fasttts_cli.build.bigvgan import LowPassFilter1d, UpSample1d, replicate_rows  # noqa: E402
+from fasttts_cli.build.wavenet import pad_rows  # noqa: E402
+
+
+@pytest.mark.parametrize("n", [7, 12, 13, 101])
+def test_polyphase_upsample_equals_grouped_transpose(n: int) -> None:
+    g = torch.Generator().manual_seed(n)
+    up = UpSample1d(2, 12, 5)
+    x = torch.randn(3, 5, n, generator=g)
+    want = F.conv_transpose1d(x, up.filter.expand(5, -1, -1), stride=2, groups=5)
+    got = up.polyphase(x)
+    assert got.shape == want.shape
+    assert torch.allclose(got, want, atol=1e-6)
+
+
+@pytest.mark.parametrize("n", [23, 24, 112])
+def test_folded_downsample_equals_grouped_conv(n: int) -> None:
+    g = torch.Generator().manual_seed(n)
+    lp = LowPassFilter1d(2, 12, 5)
+    x = torch.randn(3, 5, n, generator=g)
+    want = F.conv1d(x, lp.filter.expand(5, -1, -1), stride=2, groups=5)
+    got = lp.single_channel(x)
+    assert got.shape == want.shape
+    assert torch.equal(got, want)
+
+
+def test_replicate_rows_matches_per_row_padding_where_it_is_read() -> None:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 4, 40, generator=g)
+    lens = torch.tensor([40, 29, 1])
+    left, right = 5, 6
+    got, want = replicate_rows(x, left, right, lens), pad_rows(x, left, right, lens, "replicate")
+    assert got.shape == want.shape
+    for b, n in enumerate(lens.tolist()):
+        # each row's own samples, its left edge and the `right` samples past its end
+        assert torch.equal(got[b, :, : left + n + right], want[b, :, : left + n + right])
+    assert not torch.equal(x[1, :, 28], x[1, :, 35])  # the rows really differ past the end
+
+
+def test_export_form_is_used_only_while_exporting() -> None:
+    from fasttts_cli.build import bigvgan
+
+    assert not bigvgan._export_form(12, 2)
+
+
+def test_relative_key_bias_equals_transformers_einsum() -> None:
+    hf = pytest.importorskip("transformers.models.wav2vec2_bert.modeling_wav2vec2_bert")
+    from fasttts_cli.build.w2v_bert import _relative_key_bias
+
+    class Attn(torch.nn.Module):
+        left_max_position_embeddings = 64
+        right_max_position_embeddings = 8
+        scaling = 0.125
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.distance_embedding = torch.nn.Embedding(73, 16)
+
+    m = Attn()
+    g = torch.Generator().manual_seed(1)
+    q, k = torch.randn(2, 3, 90, 16, generator=g), torch.randn(2, 3, 90, 16, generator=g)
+    want = hf._apply_relative_key_position_encoding(m, q, k)[1]
+    got = _relative_key_bias(m, q, k)[1]
+    assert torch.allclose(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_dit_attention_additive_mask_equals_bool_mask() -> None:
+    from types import SimpleNamespace
+
+    from fasttts_cli.build.dit import Attention, apply_rope, rope_table
+
+    attn = Attention(SimpleNamespace(hidden_dim=32, num_heads=4, head_dim=8))  # type: ignore[arg-type]
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(2, 10, 32, generator=g)
+    rope = rope_table(10, 8, 10000.0, x.device)
+    keep = torch.arange(10)[None, :] < torch.tensor([10, 6])[:, None]
+    key_mask = keep[:, None, None, :]
+    got = attn(x, rope, key_mask)
+    b, t, _ = x.shape
+    q, k, v = attn.wqkv(x).split(32, dim=-1)
+    q = apply_rope(q.view(b, t, 4, 8), rope).transpose(1, 2)
+    k = apply_rope(k.view(b, t, 4, 8), rope).transpose(1, 2)
+    v = v.view(b, t, 4, 8).transpose(1, 2)
+    y = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask)  # the bool mask, as the original
+    want = attn.wo(y.transpose(1, 2).reshape(b, t, 32))
+    assert torch.allclose(got, want, atol=1e-6)
