@@ -93,3 +93,16 @@ def test_dit_attention_additive_mask_equals_bool_mask() -> None:
     y = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask)  # the bool mask, as the original
     want = attn.wo(y.transpose(1, 2).reshape(b, t, 32))
     assert torch.allclose(got, want, atol=1e-6)
+
+
+@pytest.mark.parametrize("dilation", [1, 2])
+def test_unfolded_wavenet_conv_equals_plain_conv(dilation: int) -> None:
+    from fasttts_cli.build.wavenet import SConv1d
+
+    torch.manual_seed(dilation)
+    conv = SConv1d(6, 10, 5, dilation=dilation)
+    x = torch.randn(2, 6, 30 + conv.pad_left + conv.pad_right)
+    want = conv.conv.conv(x)
+    got = conv._unfolded(x)
+    assert got.shape == want.shape
+    assert torch.allclose(got, want, atol=1e-5)
