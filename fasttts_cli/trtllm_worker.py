@@ -275,16 +275,6 @@ class Backend(Protocol):
 _PAD_SCORE = -1e30  # masked attention scores: finite, so fully padded query rows stay finite
 
 
-def _layer_norm(x: np.ndarray, g: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
-    mu = x.mean(-1, keepdims=True)
-    var = ((x - mu) ** 2).mean(-1, keepdims=True)
-    return (x - mu) / np.sqrt(var + eps) * g + b
-
-
-def _gelu_new(x: np.ndarray) -> np.ndarray:
-    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3)))
-
-
 class ReferenceBackend:
     """The converted checkpoint in float64 numpy with a KV cache: exactly the math of
     `trtllm_convert.reference_forward` (GPT-2 blocks, ln_f, final_norm, biased head), batched over
@@ -334,7 +324,7 @@ class ReferenceBackend:
         new_kv = []
         for i in range(self.layers):
             p = f"transformer.layers.{i}"
-            h = _layer_norm(x, w[f"{p}.input_layernorm.weight"], w[f"{p}.input_layernorm.bias"], self.eps)
+            h = tc.layer_norm(x, w[f"{p}.input_layernorm.weight"], w[f"{p}.input_layernorm.bias"], self.eps)
             qkv = h @ w[f"{p}.attention.qkv.weight"].T + w[f"{p}.attention.qkv.bias"]
             q, k, v = (
                 qkv[..., j * d : (j + 1) * d].reshape(r, t, heads, dh).transpose(0, 2, 1, 3) for j in range(3)
@@ -349,12 +339,12 @@ class ReferenceBackend:
             a = (sc / sc.sum(-1, keepdims=True)) @ v
             a = a.transpose(0, 2, 1, 3).reshape(r, t, d)
             x = x + a @ w[f"{p}.attention.dense.weight"].T + w[f"{p}.attention.dense.bias"]
-            h = _layer_norm(x, w[f"{p}.post_layernorm.weight"], w[f"{p}.post_layernorm.bias"], self.eps)
-            f = _gelu_new(h @ w[f"{p}.mlp.fc.weight"].T + w[f"{p}.mlp.fc.bias"])
+            h = tc.layer_norm(x, w[f"{p}.post_layernorm.weight"], w[f"{p}.post_layernorm.bias"], self.eps)
+            f = tc.gelu_new(h @ w[f"{p}.mlp.fc.weight"].T + w[f"{p}.mlp.fc.bias"])
             x = x + f @ w[f"{p}.mlp.proj.weight"].T + w[f"{p}.mlp.proj.bias"]
         self.kv = new_kv
-        x = _layer_norm(x, w["transformer.ln_f.weight"], w["transformer.ln_f.bias"], self.eps)
-        x = _layer_norm(
+        x = tc.layer_norm(x, w["transformer.ln_f.weight"], w["transformer.ln_f.bias"], self.eps)
+        x = tc.layer_norm(
             x, w["transformer.ln_f.final_norm.weight"], w["transformer.ln_f.final_norm.bias"], self.eps
         )
         n_mel = self.layout.n_mel  # the text rows of the merged head are masked: never returned

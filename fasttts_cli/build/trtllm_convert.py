@@ -450,13 +450,13 @@ def state_from_gpt_pth(path: Path | str) -> dict[str, np.ndarray]:
 # ------------------------------------------------------------------------------------------ reference
 
 
-def _ln(x: np.ndarray, g: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
+def layer_norm(x: np.ndarray, g: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
     mu = x.mean(-1, keepdims=True)
     var = ((x - mu) ** 2).mean(-1, keepdims=True)
     return (x - mu) / np.sqrt(var + eps) * g + b
 
 
-def _gelu_new(x: np.ndarray) -> np.ndarray:
+def gelu_new(x: np.ndarray) -> np.ndarray:
     return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3)))
 
 
@@ -478,7 +478,7 @@ def reference_forward(
 
     for i in range(int(config["num_hidden_layers"])):
         p = f"transformer.layers.{i}"
-        h = _ln(x, w(f"{p}.input_layernorm.weight"), w(f"{p}.input_layernorm.bias"), eps)
+        h = layer_norm(x, w(f"{p}.input_layernorm.weight"), w(f"{p}.input_layernorm.bias"), eps)
         qkv = h @ w(f"{p}.attention.qkv.weight").T + w(f"{p}.attention.qkv.bias")
         q, k, v = (qkv[:, j * d : (j + 1) * d].reshape(t, heads, dh).transpose(1, 0, 2) for j in range(3))
         s = q @ k.transpose(0, 2, 1) / np.sqrt(dh) * (1.0 / float(config.get("q_scaling", 1.0)))
@@ -487,11 +487,11 @@ def reference_forward(
         a = (s / s.sum(-1, keepdims=True)) @ v
         a = a.transpose(1, 0, 2).reshape(t, d)
         x = x + a @ w(f"{p}.attention.dense.weight").T + w(f"{p}.attention.dense.bias")
-        h = _ln(x, w(f"{p}.post_layernorm.weight"), w(f"{p}.post_layernorm.bias"), eps)
-        f = _gelu_new(h @ w(f"{p}.mlp.fc.weight").T + w(f"{p}.mlp.fc.bias"))
+        h = layer_norm(x, w(f"{p}.post_layernorm.weight"), w(f"{p}.post_layernorm.bias"), eps)
+        f = gelu_new(h @ w(f"{p}.mlp.fc.weight").T + w(f"{p}.mlp.fc.bias"))
         x = x + f @ w(f"{p}.mlp.proj.weight").T + w(f"{p}.mlp.proj.bias")
-    x = _ln(x, w("transformer.ln_f.weight"), w("transformer.ln_f.bias"), eps)
-    x = _ln(x, w("transformer.ln_f.final_norm.weight"), w("transformer.ln_f.final_norm.bias"), eps)
+    x = layer_norm(x, w("transformer.ln_f.weight"), w("transformer.ln_f.bias"), eps)
+    x = layer_norm(x, w("transformer.ln_f.final_norm.weight"), w("transformer.ln_f.final_norm.bias"), eps)
     logits = x @ w("lm_head.weight").T + w("lm_head.bias")
     return x, logits
 

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -147,7 +147,7 @@ class WorkerClient:
         self.info = WorkerInfo(
             backend=str(header["backend"]),
             hidden_size=int(header["hidden_size"]),
-            layout=tc.MergedLayout(**{k: int(lay[k]) for k in _LAYOUT_KEYS}),
+            layout=tc.MergedLayout(**{f.name: int(lay[f.name]) for f in fields(tc.MergedLayout)}),
             engine_dir=self.engine_dir,
             python=self.python,
         )
@@ -225,19 +225,6 @@ class WorkerClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-_LAYOUT_KEYS = (
-    "n_mel",
-    "text_vocab",
-    "mel_pos_rows",
-    "text_pos_rows",
-    "n_conds",
-    "start_mel",
-    "stop_mel",
-    "start_text",
-    "stop_text",
-)
 
 
 def _lines(prompts: Sequence[LinePrompt]) -> dict[str, np.ndarray]:
