@@ -7,6 +7,7 @@ never the checkpoint directory.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass, field
@@ -121,3 +122,19 @@ def check_preset_matches(
             f"build-time keys: {', '.join(diff)}",
             hint=f"use --preset {manifest.preset} or rebuild the engine with --preset {preset_name}",
         )
+
+
+def file_sha256(*paths: Path | str) -> str:
+    """sha256 over the bytes of `paths`, in order (read in 4 MiB blocks: engine files pass 1 GB)."""
+    h = hashlib.sha256()
+    for p in paths:
+        with open(p, "rb") as f:
+            for block in iter(lambda: f.read(1 << 22), b""):
+                h.update(block)
+    return h.hexdigest()
+
+
+def component_sha256(path: Path) -> str:
+    """A component's digest: its graph file and, when present, its external-data file."""
+    data = path.with_name(path.name + ".data")
+    return file_sha256(path, data) if data.is_file() else file_sha256(path)

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from fasttts_cli.build.config import IndexTTS2Config, load_config
+from fasttts_cli.engine_folder import file_sha256
 from fasttts_cli.errors import InputError
 
 
@@ -122,17 +123,9 @@ class IndexTTS2Modules:
         return checkpoint_digest(self.paths)
 
 
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def checkpoint_digest(paths: ResolvedPaths) -> str:
     """sha256 over `label:sha256(file)` lines of every file the model reads (overrides included)."""
-    lines = [f"{label}:{_file_sha256(p)}\n" for label, p in paths.files()]
+    lines = [f"{label}:{file_sha256(p)}\n" for label, p in paths.files()]
     return hashlib.sha256("".join(lines).encode()).hexdigest()
 
 

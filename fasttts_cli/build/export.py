@@ -29,7 +29,7 @@ from torch import nn
 from fasttts_cli import __version__
 from fasttts_cli.build.checkpoint import CheckpointPaths, IndexTTS2Modules, load_checkpoint
 from fasttts_cli.build.config import EMOTIONS
-from fasttts_cli.engine_folder import ComponentEntry, Manifest, write_manifest
+from fasttts_cli.engine_folder import ComponentEntry, Manifest, component_sha256, write_manifest
 from fasttts_cli.errors import FastTTSError, UsageError
 from fasttts_cli.indextts2 import decode as dec
 from fasttts_cli.presets import ComponentSpec, Preset, load_preset
@@ -453,20 +453,6 @@ def _io_shapes(path: Path) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
     )
 
 
-def _file_sha256(path: Path) -> str:
-    """sha256 of a component: the graph file and, when present, its external-data file."""
-    import hashlib
-
-    h = hashlib.sha256()
-    for p in (path, path.with_name(path.name + ".data")):
-        if not p.is_file():
-            continue
-        with open(p, "rb") as f:
-            for block in iter(lambda: f.read(1 << 22), b""):
-                h.update(block)
-    return h.hexdigest()
-
-
 # ------------------------------------------------------------------------------------------ host files
 
 W2V_MEAN = "w2v_stat_mean.npy"
@@ -677,7 +663,7 @@ def build_engine(
                     precision=comp.precision,
                     inputs=ins,
                     outputs=outs,
-                    sha256=_file_sha256(path),
+                    sha256=component_sha256(path),
                 )
                 if comp.backend == "tensorrt":
                     from fasttts_cli.build.tensorrt_build import build_component

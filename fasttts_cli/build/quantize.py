@@ -422,7 +422,7 @@ def convert_engine(src: Path | str, dst: Path | str, preset: Any, *, overwrite: 
     folder and renamed when complete."""
     import shutil
 
-    from fasttts_cli.engine_folder import read_manifest, write_manifest
+    from fasttts_cli.engine_folder import component_sha256, read_manifest, write_manifest
     from fasttts_cli.errors import UsageError
 
     src, dst = Path(src), Path(dst)
@@ -462,7 +462,10 @@ def convert_engine(src: Path | str, dst: Path | str, preset: Any, *, overwrite: 
             if rep is not None:
                 reports[name] = rep
             comps[name] = replace(
-                entry, backend=spec.backend, precision=spec.precision, sha256=_sha256(tmp / entry.file)
+                entry,
+                backend=spec.backend,
+                precision=spec.precision,
+                sha256=component_sha256(tmp / entry.file),
             )
         config = dict(m.config)
         config["precision"] = reports
@@ -479,13 +482,3 @@ def convert_engine(src: Path | str, dst: Path | str, preset: Any, *, overwrite: 
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return dst
-
-
-def _sha256(path: Path) -> str:
-    import hashlib
-
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()

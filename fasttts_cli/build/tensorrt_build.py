@@ -14,7 +14,6 @@ manifest entries are plain Python and tested on CPU.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -22,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fasttts_cli.engine_folder import ComponentEntry
+from fasttts_cli.engine_folder import ComponentEntry, file_sha256
 from fasttts_cli.errors import FastTTSError, MissingDependencyError
 from fasttts_cli.presets import ComponentSpec, Limits
 
@@ -157,14 +156,6 @@ def plan_name(component: str) -> str:
     return f"{component}.plan"
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def plan_entry(onnx_entry: ComponentEntry, plan_path: Path, precision: str) -> ComponentEntry:
     """The manifest entry of a built plan: same io as its ONNX source, backend tensorrt."""
     return ComponentEntry(
@@ -173,7 +164,7 @@ def plan_entry(onnx_entry: ComponentEntry, plan_path: Path, precision: str) -> C
         precision=precision,
         inputs=dict(onnx_entry.inputs),
         outputs=dict(onnx_entry.outputs),
-        sha256=_sha256(plan_path),
+        sha256=file_sha256(plan_path),
     )
 
 
@@ -269,7 +260,7 @@ def build_plan(
         profile=profile.to_json(),
         workspace_gb=workspace_gb,
         opt_level=opt_level,
-        source_onnx_sha256=_sha256(onnx_path),
+        source_onnx_sha256=file_sha256(onnx_path),
     )
 
 

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from fasttts_cli import __version__
-from fasttts_cli.engine_folder import read_manifest
+from fasttts_cli.engine_folder import file_sha256, read_manifest
 from fasttts_cli.errors import InputError, UsageError
 from fasttts_cli.indextts2.engine import (
     MODEL_ID,
@@ -35,7 +35,7 @@ from fasttts_cli.indextts2.engine import (
     segment_seed_generator,
 )
 from fasttts_cli.indextts2.sampling import SamplingParams
-from fasttts_cli.indextts2.voice_cache import VoiceCache, file_sha256, voice_key
+from fasttts_cli.indextts2.voice_cache import VoiceCache, voice_key
 from fasttts_cli.presets import DecodeOptions, Preset, S2MelOptions
 from fasttts_cli.synthesizer import EmotionSpec, SynthRequest, SynthResult, Voice
 

@@ -32,14 +32,6 @@ def cache_root() -> Path:
     return base / "voices"
 
 
-def file_sha256(path: Path | str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def voice_key(
     audio_sha256: str,
     engine_identity: str,

@@ -16,7 +16,6 @@ Each graph is one module of the same DiT weights; nothing is retrained or re-der
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -30,6 +29,7 @@ import torch
 from torch import nn
 
 from fasttts_cli.build.dit import DiT, DiTInputs, rope_table
+from fasttts_cli.engine_folder import file_sha256
 from fasttts_cli.s2mel_cache.piecewise_ort import FORMAT_VERSION, INDEX, PIECES_DIR
 from fasttts_cli.s2mel_cache.piecewise_torch import DIAGONAL_BAND, attention_probs, diagonal_mass
 
@@ -172,14 +172,6 @@ def _example(dit: DiT, name: str, n: int, t: int, g: torch.Generator) -> tuple[t
     return h, x, lens, tt  # head
 
 
-def _sha256(path: Path) -> str:
-    d = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            d.update(block)
-    return d.hexdigest()
-
-
 def _rel(a: np.ndarray, b: np.ndarray) -> float:
     a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
     nb = float(np.linalg.norm(b64))
@@ -238,7 +230,7 @@ def export_pieces(dit: DiT, out_dir: Path | str, *, verify: bool = True, seed: i
                     "file": path.name,
                     "inputs": ins,
                     "outputs": outs,
-                    "sha256": _sha256(path),
+                    "sha256": file_sha256(path),
                     "verify_rel": worst,
                 }
         index = {
