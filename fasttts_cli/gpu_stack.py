@@ -29,7 +29,7 @@ BACKEND_PRECISIONS: dict[str, tuple[str, ...]] = {
     "onnxruntime-cpu": ("fp32", "int8", "int4"),
     "onnxruntime-cuda": ("fp32", "fp16", "int8", "int4"),
     "tensorrt": ("fp32", "fp16", "bf16"),
-    "tensorrt-llm": ("fp16", "bf16", "w8a16", "w4a16"),
+    "tensorrt-llm": ("fp32", "fp16", "bf16", "w8a16", "w4a16"),
     "torch": ("fp32", "fp16", "bf16"),
 }
 # Weight-only quantization only where weight reads dominate (spec: BigVGAN and the DiT stay fp32 until

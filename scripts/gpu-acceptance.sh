@@ -172,9 +172,11 @@ def trtllm_row(kind, preset, ckpt, work, rows) -> None:
         note += f"; ${gpu_stack.TRTLLM_PYTHON_ENV} not set: finalize/build skipped"
     else:
         steps = [["finalize", str(out)]] if spec.precision in ("w8a16", "w4a16") else []
-        steps.append(["build", str(out), str(out) + "-engine", "--max_batch_size", "8", "--max_input_len", "200",
-                      "--max_seq_len", "1800", "--gather_context_logits", "--gpt_attention_plugin", "auto",
-                      "--remove_input_padding", "enable", "--paged_kv_cache", "disable"])
+        # the flags `fasttts build` uses (fasttts_cli/build/trtllm_build.py), sized by the preset's limits
+        from fasttts_cli.build.trtllm_build import engine_flags
+
+        layout = tc.layout_from_state(state, n_conds=tc.n_conds_from_state(state))
+        steps.append(["build", str(out), str(out) + "-engine", *engine_flags(layout, preset.limits, spec)])
         for step in steps:
             t = time.time()
             r = subprocess.run([py, tc.__file__, *step], capture_output=True, text=True)

@@ -544,11 +544,30 @@ def _check_preset(preset: Preset) -> None:
                 hint="pass the checkpoint directory itself as --engine with this preset",
             )
         if spec.backend == "tensorrt-llm":
-            raise UsageError(
-                f"--preset {preset.name}: component {name} wants a TensorRT-LLM engine, which "
-                "`fasttts build` does not make yet",
-                hint="use a preset with backend tensorrt or onnxruntime-cuda for the GPT",
-            )
+            from fasttts_cli.build.trtllm_build import require_stack
+
+            require_stack()
+
+
+def _build_trtllm_gpt(
+    m: IndexTTS2Modules,
+    comp: ComponentSpec,
+    preset: Preset,
+    tmp: Path,
+    say: Callable[[str], None],
+) -> ComponentEntry:
+    from fasttts_cli.build.trtllm_build import GptSizes, build_gpt
+
+    g = m.gpt.cfg
+    sizes = GptSizes(
+        heads=g.heads,
+        n_conds=g.num_latents + 2,
+        start_mel=g.start_mel_token,
+        stop_mel=g.stop_mel_token,
+        start_text=g.start_text_token,
+        stop_text=g.stop_text_token,
+    )
+    return build_gpt(m.paths.gpt, sizes, comp, preset.limits, tmp, say)
 
 
 def measure_graph(spec: GraphSpec, path: Path, *, seed: int = 1) -> float | None:
@@ -648,6 +667,11 @@ def build_engine(
         specs: list[GraphSpec | None] = [
             sp for sp in graph_specs(m) if components is None or sp.name in components
         ]
+        gpt_comp = preset.components.get("gpt")
+        if gpt_comp is not None and gpt_comp.backend == "tensorrt-llm":
+            # the GPT trunk becomes a TensorRT-LLM engine instead of an ONNX graph
+            specs = [sp for sp in specs if sp is not None and sp.name != "gpt_trunk"]
+            entries["gpt_trtllm"] = _build_trtllm_gpt(m, gpt_comp, preset, tmp, say)
         with torch.no_grad():
             for i, spec in enumerate(specs):
                 assert spec is not None

@@ -39,6 +39,7 @@ from fasttts_cli.errors import EngineMismatchError, UsageError
 from fasttts_cli.indextts2 import decode as dec
 from fasttts_cli.indextts2 import emotion as emo
 from fasttts_cli.indextts2 import features as feat
+from fasttts_cli.indextts2.gpt_trtllm import GPT_TRTLLM, LinePrompt, TrtllmGPT, worker_dir
 from fasttts_cli.indextts2.sampling import Decoded, LineDecoder, SamplingParams
 from fasttts_cli.indextts2.sessions import Session, SessionOptions, open_session
 from fasttts_cli.presets import Preset, load_preset
@@ -46,7 +47,7 @@ from fasttts_cli.s2mel_cache.schedules import euler_times
 
 MODEL_ID = "indextts2"
 SUPPORTED_MODEL_VERSIONS = ("2", "2.0")
-SUPPORTED_BACKENDS = ("onnxruntime-cpu", "onnxruntime-cuda")
+SUPPORTED_BACKENDS = ("onnxruntime-cpu", "onnxruntime-cuda", "tensorrt")
 
 # Component graph names (export.py's `graph_specs`) and the IO names this runtime feeds and reads.
 W2V_BERT = "w2v_bert"
@@ -90,9 +91,14 @@ _CONFIG_KEYS = {
 }
 
 
-def required_io(layers: int) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
-    """Every component this runtime drives, with the input and output names it uses."""
+def required_io(
+    layers: int, *, trtllm_gpt: bool = False
+) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
+    """Every session this runtime drives, with the input and output names it uses. With the GPT on
+    TensorRT-LLM (`trtllm_gpt`), the trunk is the worker's engine, not a session."""
     io = dict(_FIXED_IO)
+    if trtllm_gpt:
+        return io
     io[GPT_TRUNK] = (
         (dec.INPUTS_EMBEDS, dec.ATTENTION_MASK, *dec.past_names(layers)),
         (dec.LOGITS, dec.HIDDEN, *dec.present_names(layers)),
@@ -193,6 +199,23 @@ def resolve_preset(manifest: Manifest, preset: Preset | str | Path | None, folde
     return p
 
 
+# A line's GPT input as `IndexTTS2Engine.prefix` makes it: the embedded prefix for the ONNX trunk, or
+# the conditioning rows + text ids for the TensorRT-LLM worker.
+GPTPrompt = np.ndarray | LinePrompt
+
+
+def _prompts(prefixes: Sequence[GPTPrompt]) -> list[LinePrompt]:
+    if not all(isinstance(p, LinePrompt) for p in prefixes):
+        raise TypeError("this engine's GPT runs on TensorRT-LLM: pass prompts made by its own prefix()")
+    return list(prefixes)  # type: ignore[arg-type]
+
+
+def _arrays(prefixes: Sequence[GPTPrompt]) -> list[np.ndarray]:
+    if any(isinstance(p, LinePrompt) for p in prefixes):
+        raise TypeError("this engine's GPT runs on ONNX: pass prefixes made by its own prefix()")
+    return list(prefixes)  # type: ignore[arg-type]
+
+
 def _pad_stack(rows: Sequence[np.ndarray], axis: int = 0, value: float = 0.0) -> np.ndarray:
     """Stack arrays that differ in length along `axis` (right-padded with `value`) into (B, ...)."""
     n = max(r.shape[axis] for r in rows)
@@ -244,6 +267,8 @@ class IndexTTS2Engine:
         self._sessions: dict[str, Session] = {}
         self._emb: dec.HostEmbeddings | None = None
         self._decoder: dec.GPTDecoder | None = None
+        self._trtllm: TrtllmGPT | None = None
+        self.trtllm_gpt = GPT_TRTLLM in manifest.components
         self._mats: emo.EmotionMatrices | None = None
         self._text: Any = None
         self._cfm_cache: dict[tuple[int, float, str, str], Any] = {}
@@ -271,7 +296,7 @@ class IndexTTS2Engine:
         if s is None:
             comp = self.manifest.components[name]
             s = open_session(self.folder / comp.file, comp.backend, self.options)
-            want_in, want_out = required_io(self.layers)[name]
+            want_in, want_out = required_io(self.layers, trtllm_gpt=self.trtllm_gpt)[name]
             have_in = {i.name for i in s.inputs}
             have_out = {o.name for o in s.outputs}
             if set(want_in) != have_in or not set(want_out) <= have_out:
@@ -285,7 +310,7 @@ class IndexTTS2Engine:
         return s
 
     def open_all(self) -> None:
-        for name in required_io(self.layers):
+        for name in required_io(self.layers, trtllm_gpt=self.trtllm_gpt):
             self.session(name)
 
     def file(self, key: str) -> Path:
@@ -317,6 +342,24 @@ class IndexTTS2Engine:
         return self._decoder
 
     @property
+    def trtllm(self) -> TrtllmGPT:
+        """The GPT on TensorRT-LLM: a worker process over the folder's `gpt_trtllm/` (gpt_trtllm.py)."""
+        if self._trtllm is None:
+            path, backend = worker_dir(self.folder / self.manifest.components[GPT_TRTLLM].file)
+            self._trtllm = TrtllmGPT(path, backend=backend)
+            lay = self._trtllm.layout
+            n_latents = int(self.manifest.config["gpt"]["num_latents"])
+            want = (self.embeddings.mel_embedding.shape[0], n_latents + 2)
+            if (lay.n_mel, lay.n_conds) != want:
+                self.close()
+                raise EngineMismatchError(
+                    f"{path}: the TensorRT-LLM GPT has {lay.n_mel} mel codes and {lay.n_conds} conditioning "
+                    f"rows; this engine folder's tables have {want[0]} and {want[1]}",
+                    hint="rebuild the engine folder with one `fasttts build`",
+                )
+        return self._trtllm
+
+    @property
     def emotion_matrices(self) -> emo.EmotionMatrices:
         if self._mats is None:
             self._mats = emo.EmotionMatrices(
@@ -334,6 +377,9 @@ class IndexTTS2Engine:
     def close(self) -> None:
         self._sessions.clear()
         self._decoder = None
+        if self._trtllm is not None:
+            self._trtllm.close()
+            self._trtllm = None
 
     # ------------------------------------------------------------------------------- stage 1: audio
 
@@ -450,13 +496,19 @@ class IndexTTS2Engine:
             emovec = self.emotion_vector_mode(f.style, vector, emovec, alpha)
         return VoiceConditioning(latents, emovec, f.style, f.ref_mel, f.prompt_condition)
 
-    def prefix(self, spk_latents: np.ndarray, emovec: np.ndarray, text_ids: Sequence[int]) -> np.ndarray:
-        """Stage 3.4: (num_latents + 2 + L + 2, D)."""
+    def prefix(self, spk_latents: np.ndarray, emovec: np.ndarray, text_ids: Sequence[int]) -> GPTPrompt:
+        """Stage 3.4: (num_latents + 2 + L + 2, D); with the GPT on TensorRT-LLM, the same line as the
+        worker takes it (conditioning rows + text ids; its engine does the lookups). Either way the
+        result is opaque to callers except for `len` and goes back into `generate` / `latent`."""
+        if self.trtllm_gpt:
+            emb = self.embeddings
+            emb.text_embeddings(text_ids)  # the same length check as the ONNX path
+            return LinePrompt.from_voice(spk_latents, emovec, emb.speed, text_ids)
         return self.embeddings.prefix(spk_latents, emovec, text_ids)
 
     def generate(
         self,
-        prefixes: Sequence[np.ndarray],
+        prefixes: Sequence[GPTPrompt],
         params: SamplingParams | Sequence[SamplingParams],
         generators: Sequence[np.random.Generator | int | None],
         *,
@@ -475,12 +527,16 @@ class IndexTTS2Engine:
             cls(p, g, vocab=vocab, prefix_ids=prefix_ids) for p, g in zip(params, generators, strict=True)
         ]
         with self.times.time("generate"):
-            return self.decoder.generate(prefixes, decoders)
+            if self.trtllm_gpt:
+                return self.trtllm.generate(_prompts(prefixes), decoders)
+            return self.decoder.generate(_arrays(prefixes), decoders)
 
-    def latent(self, prefixes: Sequence[np.ndarray], codes: Sequence[np.ndarray]) -> list[np.ndarray]:
+    def latent(self, prefixes: Sequence[GPTPrompt], codes: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Stage 3.7, batched: the teacher-forced pass; (n_i, D) per line."""
         with self.times.time("latent"):
-            return self.decoder.latents(prefixes, codes)
+            if self.trtllm_gpt:
+                return self.trtllm.latents(_prompts(prefixes), codes)
+            return self.decoder.latents(_arrays(prefixes), codes)
 
     # ------------------------------------------------------------------------------- stage 4: s2mel
 
@@ -613,7 +669,7 @@ class IndexTTS2Engine:
     def codes_to_wavs(
         self,
         voices: Sequence[VoiceConditioning],
-        prefixes: Sequence[np.ndarray],
+        prefixes: Sequence[GPTPrompt],
         codes: Sequence[np.ndarray],
         noises: Sequence[np.ndarray | np.random.Generator],
         *,
@@ -665,7 +721,13 @@ def check_manifest(manifest: Manifest, folder: Path) -> None:
     if problems:
         raise EngineMismatchError(f"{folder / 'manifest.json'}: " + "; ".join(problems))
     layers = int(cfg["gpt"]["layers"])
-    for name, (ins, outs) in required_io(layers).items():
+    trtllm = manifest.components.get(GPT_TRTLLM)
+    if trtllm is not None:
+        if trtllm.backend != "tensorrt-llm":
+            problems.append(f"component {GPT_TRTLLM!r} backend {trtllm.backend!r} (runs: tensorrt-llm)")
+        if not (folder / trtllm.file).is_dir():
+            problems.append(f"component {GPT_TRTLLM!r}: folder {trtllm.file!r} is missing")
+    for name, (ins, outs) in required_io(layers, trtllm_gpt=trtllm is not None).items():
         comp = manifest.components.get(name)
         if comp is None:
             problems.append(f"component {name!r} is missing")

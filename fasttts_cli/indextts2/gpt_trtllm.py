@@ -30,10 +30,16 @@ import numpy as np
 from fasttts_cli.build import trtllm_convert as tc
 from fasttts_cli.errors import EngineMismatchError, MissingDependencyError, SynthesisError
 from fasttts_cli.indextts2.sampling import Decoded, LineDecoder, SamplingParams
-from fasttts_cli.trtllm_worker import PROTOCOL, FrameError, encode_frame, read_frame
+from fasttts_cli.trtllm_worker import ENGINE_FILE, PROTOCOL, FrameError, encode_frame, read_frame
 
 TRTLLM_PYTHON_ENV = "FASTTTS_TRTLLM_PYTHON"  # same name as gpu_stack.TRTLLM_PYTHON_ENV
+TRTLLM_BACKEND_ENV = "FASTTTS_TRTLLM_BACKEND"
 BACKENDS = ("auto", "trtllm", "reference")
+# An engine folder's GPT on TensorRT-LLM (build/trtllm_build.py writes it): the manifest component and
+# folder, the converted checkpoint (float weights; the reference backend runs it) and the built engine.
+GPT_TRTLLM = "gpt_trtllm"
+CHECKPOINT_DIR = "checkpoint"
+ENGINE_DIR = "engine"
 _PACKAGE_ROOT = Path(__file__).resolve().parent.parent.parent  # the folder holding fasttts_cli/
 
 
@@ -43,6 +49,10 @@ class LinePrompt:
 
     conds: np.ndarray  # (n_conds, D) float32: speaker latents + emovec, speed_emb[1], speed_emb[0]
     text_ids: np.ndarray  # (L,) int64 text token ids (start/stop ids are dropped by the layout)
+
+    def __len__(self) -> int:
+        """Rows of the prefix this line stands for (as `len` of `HostEmbeddings.prefix`'s array)."""
+        return int(self.conds.shape[0]) + int(self.text_ids.size) + 2
 
     @staticmethod
     def from_voice(
@@ -77,6 +87,35 @@ class StepOutput:
     hidden: np.ndarray  # (R, D) float32, after ln_f and final_norm
 
 
+def backend_choice() -> str:
+    """$FASTTTS_TRTLLM_BACKEND (auto by default): which worker backend runs the GPT. `reference` is the
+    numpy float64 definition of the engine's math: slow, for checking a conversion and for CPU tests."""
+    v = os.environ.get(TRTLLM_BACKEND_ENV, "auto").strip() or "auto"
+    if v not in BACKENDS:
+        raise MissingDependencyError(
+            f"${TRTLLM_BACKEND_ENV} = {v!r} is not a GPT worker backend",
+            hint=f"allowed: {', '.join(BACKENDS)}",
+        )
+    return v
+
+
+def worker_dir(gpt_dir: Path) -> tuple[Path, str]:
+    """(folder, backend) the worker loads for an engine folder's `gpt_trtllm/`: the built engine, or the
+    converted checkpoint when $FASTTTS_TRTLLM_BACKEND is `reference`."""
+    choice = backend_choice()
+    if choice == "reference":
+        return gpt_dir / CHECKPOINT_DIR, "reference"
+    engine = gpt_dir / ENGINE_DIR
+    if not (engine / ENGINE_FILE).is_file():
+        raise EngineMismatchError(
+            f"{engine / ENGINE_FILE}: this engine folder holds the GPT's TensorRT-LLM checkpoint but no "
+            "built TensorRT-LLM engine",
+            hint=f"rebuild it with ${TRTLLM_PYTHON_ENV} set (README: TensorRT-LLM), or set "
+            f"{TRTLLM_BACKEND_ENV}=reference to run the numpy reference GPT (slow)",
+        )
+    return engine, "trtllm"
+
+
 def worker_python(backend: str, python: str | None = None) -> str:
     """The interpreter that runs the worker: explicit; else this one for the numpy reference backend;
     else $FASTTTS_TRTLLM_PYTHON (TensorRT-LLM's own environment, which the trtllm backend needs)."""
@@ -109,9 +148,7 @@ class WorkerClient:
         if backend not in BACKENDS:
             raise ValueError(f"backend {backend!r}; allowed: {', '.join(BACKENDS)}")
         self.engine_dir = Path(engine_dir)
-        want = (
-            "reference" if backend == "auto" and not (self.engine_dir / "rank0.engine").is_file() else backend
-        )
+        want = "reference" if backend == "auto" and not (self.engine_dir / ENGINE_FILE).is_file() else backend
         self.python = worker_python(want, python)
         self._stderr: collections.deque[str] = collections.deque(maxlen=stderr_lines)
         run_env = dict(os.environ if env is None else env)

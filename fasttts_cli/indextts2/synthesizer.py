@@ -223,7 +223,7 @@ class IndexTTS2Synthesizer:
             except Exception as ex:  # one bad line must not sink its batch
                 errors[i] = _message(ex)
         # Similar prefix lengths together: less padding in each GPT batch (results do not depend on it).
-        order = sorted(segs, key=lambda s: (s.params.num_beams, s.prefix.shape[0]))
+        order = sorted(segs, key=lambda s: (s.params.num_beams, len(s.prefix)))
         size = max(1, int(e.preset.limits.max_batch))
         for start in range(0, len(order), size):
             self._run_guarded(order[start : start + size])
