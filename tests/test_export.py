@@ -13,8 +13,8 @@ from fasttts_cli.build.checkpoint import load_checkpoint  # noqa: E402
 from fasttts_cli.build.export import (  # noqa: E402
     ExportError,
     build_engine,
+    engine_specs,
     export_graph,
-    graph_specs,
     trunk_spec,
     verify_graph,
 )
@@ -22,6 +22,11 @@ from fasttts_cli.build.tiny import TINY_CONFIG, ensure_tiny_checkpoint  # noqa: 
 from fasttts_cli.engine_folder import read_manifest  # noqa: E402
 from fasttts_cli.errors import UsageError  # noqa: E402
 from fasttts_cli.indextts2 import decode as dec  # noqa: E402
+from fasttts_cli.indextts2.decode_inplace import (  # noqa: E402
+    InplaceGPTDecoder,
+    decoder_for,
+    inplace_inputs,
+)
 from fasttts_cli.indextts2.sampling import SamplingParams  # noqa: E402
 from fasttts_cli.indextts2.sessions import OrtSession, SessionOptions  # noqa: E402
 from fasttts_cli.presets import load_preset  # noqa: E402
@@ -62,8 +67,8 @@ def test_engine_folder_is_complete(tiny: Path, tiny_engine: Path) -> None:
     assert m.config["gpt"]["model_dim"] == g["model_dim"] and m.config["gpt"]["layers"] == g["layers"]
     assert m.config["vocoder"]["hop"] == 256 and m.config["emo_num"] == TINY_CONFIG["emo_num"]
     trunk = m.components["gpt_trunk"]
-    assert {dec.INPUTS_EMBEDS, dec.ATTENTION_MASK} <= set(trunk.inputs)
-    assert set(trunk.inputs) >= set(dec.past_names(g["layers"]))
+    # ONNX Runtime CPU engines get the in-place trunk (decode_inplace.py)
+    assert set(trunk.inputs) == set(inplace_inputs(g["layers"]))
     assert trunk.inputs[dec.INPUTS_EMBEDS] == ["batch", "new", g["model_dim"]]
     for comp in m.components.values():
         assert comp.backend == "onnxruntime-cpu" and comp.precision == "fp32" and len(comp.sha256) == 64
@@ -77,7 +82,7 @@ def test_engine_folder_is_complete(tiny: Path, tiny_engine: Path) -> None:
 
 def test_every_component_matches_pytorch_on_fresh_inputs(tiny: Path, tiny_engine: Path) -> None:
     mods = load_checkpoint(tiny)
-    for spec in graph_specs(mods):
+    for spec in engine_specs(mods, load_preset("cpu-fp32")):
         worst = verify_graph(spec, tiny_engine / f"{spec.name}.onnx", seed=1234)
         assert worst < 1e-4, spec.name
 
@@ -100,7 +105,8 @@ def test_tiny_engine_decodes(tiny_engine: Path) -> None:
     )
     emb = dec.HostEmbeddings.load(tiny_engine, tokens)
     sess = OrtSession(tiny_engine / m.components["gpt_trunk"].file, SessionOptions(threads=1))
-    d = dec.GPTDecoder(sess, emb, layers=g["layers"], heads=g["heads"])
+    d = decoder_for(sess, emb, layers=g["layers"], heads=g["heads"])
+    assert isinstance(d, InplaceGPTDecoder)
     rng = np.random.default_rng(0)
     prefixes = [
         emb.prefix(rng.normal(size=(g["num_latents"], g["model_dim"])), rng.normal(size=g["model_dim"]), ids)
@@ -199,18 +205,22 @@ def test_parity_engine_components(
     prompt = np.zeros((1, 80, total), np.float32)
     prompt[..., :tm] = V["refmel"]
     for k in (0, 12, 24) if "cfm_step_x" in V else ():  # a delta set may leave the CFM trace out
-        out = run(
-            "dit_cfg_step",
-            x=V["cfm_step_x"][k][None],
-            prompt_x=prompt,
-            x_lens=i64(total),
-            t=V["cfm_step_t"][k : k + 1],
-            style=V["campplus_style"],
-            mu=mu,
-            cfg_rate=np.array([0.7], np.float32),
-        )
         want = 1.7 * V["cfm_step_v"][k, 0] - 0.7 * V["cfm_step_v"][k, 1]
-        assert rel(out["v"][0], want) < 1e-4, k
+        # prompt_lens 0: the head runs on every frame (the vectors hold the whole velocity); tm: the
+        # head skips the prompt region, whose velocity the CFM discards, and the rest is unchanged
+        for prompt_len in (0, tm):
+            out = run(
+                "dit_cfg_step",
+                x=V["cfm_step_x"][k][None],
+                prompt_x=prompt,
+                x_lens=i64(total),
+                t=V["cfm_step_t"][k : k + 1],
+                style=V["campplus_style"],
+                mu=mu,
+                cfg_rate=np.array([0.7], np.float32),
+                prompt_lens=i64(prompt_len),
+            )
+            assert rel(out["v"][0, :, prompt_len:], want[:, prompt_len:]) < 1e-4, (k, prompt_len)
     if "cfm_mel" in V and "bigvgan_wav" in V:
         out = run("bigvgan", mel=V["cfm_mel"], lengths=i64(V["cfm_mel"].shape[-1]))
         assert rel(out["wav"], V["bigvgan_wav"][:, 0]) < 1e-4

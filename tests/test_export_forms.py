@@ -106,3 +106,53 @@ def test_unfolded_wavenet_conv_equals_plain_conv(dilation: int) -> None:
     got = conv._unfolded(x)
     assert got.shape == want.shape
     assert torch.allclose(got, want, atol=1e-5)
+
+
+def test_head_crop_keeps_every_velocity_the_cfm_uses() -> None:
+    """DiT.head on frames [min(prompt_lens) - margin, T) only: v from each row's prompt end on equals the
+    uncropped head's (the WaveNet reads at most `head_margin` frames to the left), zero before the crop;
+    the CFM result is then the same, with and without the per-row reflect padding."""
+    from fasttts_cli.s2mel_cache.random_dit import dit_config, random_dit
+
+    dit = random_dit(dit_config(hidden=64, depth=3, heads=2, content_dim=64, style_dim=192, wavenet_layers=3))
+    assert dit.head_margin == 3 * 2  # three k=5 layers, dilation 1
+    g = torch.Generator().manual_seed(3)
+    b, t = 3, 57
+    x_lens = torch.tensor([57, 50, 44])
+    prompt_lens = torch.tensor([30, 21, 40])
+    args = (
+        torch.randn(b, 80, t, generator=g),
+        torch.randn(b, 80, t, generator=g),
+        x_lens,
+        torch.rand(b, generator=g),
+        torch.randn(b, 192, generator=g),
+        torch.randn(b, t, 64, generator=g),
+    )
+    with torch.no_grad():
+        for row_padding in (True, False):
+            full = dit(*args, row_padding=row_padding)
+            crop = dit(*args, row_padding=row_padding, prompt_lens=prompt_lens)
+            start = int(prompt_lens.min()) - dit.head_margin
+            assert torch.equal(crop[:, :, :start], torch.zeros_like(crop[:, :, :start]))
+            assert not torch.equal(full[:, :, :start], crop[:, :, :start])
+            for r in range(b):
+                p, n = int(prompt_lens[r]), int(x_lens[r])
+                torch.testing.assert_close(crop[r, :, p:n], full[r, :, p:n], rtol=0, atol=2e-5)
+            # one frame less of margin would not be exact: the crop really is as tight as it can be
+            tight = dit.head(
+                *_head_inputs(dit, args), x_lens if row_padding else None, torch.tensor(start + 1)
+            )
+            p = int(prompt_lens.min())
+            assert not torch.allclose(tight[:, :, p : p + 1], full[:, :, p : p + 1], atol=1e-4)
+
+
+def _head_inputs(dit, args):
+    inp = dit.embed(*args)
+    h = inp.h
+    skips = {}
+    for i, block in enumerate(dit.transformer.layers):
+        src = dit.skip_plan.get(i)
+        h = block(h, inp.c, inp.rope, inp.key_mask, skips.pop(src) if src is not None else None)
+        if i in set(dit.skip_plan.values()):
+            skips[i] = h
+    return h, inp, args[3]

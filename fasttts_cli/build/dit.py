@@ -290,18 +290,37 @@ class DiT(nn.Module):
             x_mask=valid[:, None, :].to(x.dtype),
         )
 
+    @property
+    def head_margin(self) -> int:
+        """How many frames left of a position the head's output there reads (the WaveNet's k-tap convs;
+        everything else in the head is per frame)."""
+        return sum(layer.pad_left for layer in self.wavenet.in_layers)
+
+    def head_start(self, prompt_lens: torch.Tensor) -> torch.Tensor:
+        """First frame the head must see so that its output is exact from every row's prompt end on:
+        min(prompt_lens) - head_margin, at least 0 (0-d int64)."""
+        return (prompt_lens.min() - self.head_margin).clamp(min=0)
+
     def head(
         self,
         h: torch.Tensor,
         inp: DiTInputs,
         t: torch.Tensor,
         x_lens: torch.Tensor | None = None,
+        start: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Final AdaRMS norm, long skip, WaveNet, FinalLayer, conv2 -> v (B, in_channels, T).
 
         x_lens given: each row's WaveNet reflects at its own end (padded row == row alone); None: the
         original's padding (reflect at the array end), which is what the original does for padded rows.
+        start (0-d int64, `head_start`): run the head on frames [start, T) only and return zeros before.
+        The CFM discards v in the prompt region, and the head's output at a frame depends on frames at
+        most `head_margin` to its left, so v from each row's prompt end on is unchanged; the prompt is
+        usually most of the frames (a reference of several seconds, a line of a few), and the head is
+        about a third of a step's work.
         """
+        if start is not None:
+            return self._cropped_head(h, inp, t, x_lens, start)
         x_res = self.transformer.norm(h, inp.c)
         x_res = self.skip_linear(torch.cat([x_res, inp.x_t], dim=-1))
         y = self.conv1(x_res).transpose(1, 2)
@@ -310,6 +329,30 @@ class DiT(nn.Module):
         y = self.wavenet(y, inp.x_mask, t2.unsqueeze(2), lengths).transpose(1, 2) + self.res_projection(x_res)
         y = self.final_layer(y, inp.t1).transpose(1, 2)
         return self.conv2(y)
+
+    def _cropped_head(
+        self,
+        h: torch.Tensor,
+        inp: DiTInputs,
+        t: torch.Tensor,
+        x_lens: torch.Tensor | None,
+        start: torch.Tensor,
+    ) -> torch.Tensor:
+        # index_select/scatter with a Range index keep the crop dynamic in the exported graph
+        full = h.shape[1]
+        idx = torch.arange(start, full, device=h.device)
+        crop = DiTInputs(
+            h=h.index_select(1, idx),
+            c=inp.c,
+            t1=inp.t1,
+            x_t=inp.x_t.index_select(1, idx),
+            rope=inp.rope,  # unused by the head
+            key_mask=inp.key_mask,  # unused by the head
+            x_mask=inp.x_mask.index_select(2, idx),
+        )
+        v = self.head(crop.h, crop, t, None if x_lens is None else x_lens - start)
+        out = torch.zeros(v.shape[0], v.shape[1], full, dtype=v.dtype, device=v.device)
+        return out.scatter(2, idx.view(1, 1, -1).expand(v.shape[0], v.shape[1], -1), v)
 
     # -- the whole call ------------------------------------------------------------------------------
 
@@ -322,8 +365,11 @@ class DiT(nn.Module):
         style: torch.Tensor,
         cond: torch.Tensor,
         row_padding: bool = True,
+        prompt_lens: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """v (B, in_channels, T). row_padding=False reproduces the original's padded-row behaviour."""
+        """v (B, in_channels, T). row_padding=False reproduces the original's padded-row behaviour.
+        prompt_lens (B,): v is only needed from each row's prompt end on; the head skips what it can
+        (`head`), and v before min(prompt_lens) - head_margin is zero."""
         inp = self.embed(x, prompt_x, x_lens, t, style, cond)
         h = inp.h
         skips: dict[int, torch.Tensor] = {}
@@ -333,4 +379,5 @@ class DiT(nn.Module):
             h = block(h, inp.c, inp.rope, inp.key_mask, skips.pop(src) if src is not None else None)
             if i in emitters:
                 skips[i] = h
-        return self.head(h, inp, t, x_lens if row_padding else None)
+        start = None if prompt_lens is None else self.head_start(prompt_lens)
+        return self.head(h, inp, t, x_lens if row_padding else None, start)

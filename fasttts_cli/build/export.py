@@ -86,8 +86,8 @@ class _CFGStep(nn.Module):
         super().__init__()
         self.cfm = s2mel.cfm
 
-    def forward(self, x, prompt_x, x_lens, t, style, mu, cfg_rate):
-        v, _ = self.cfm.cfg_velocity(x, prompt_x, x_lens, t, style, mu, cfg_rate)
+    def forward(self, x, prompt_x, x_lens, t, style, mu, cfg_rate, prompt_lens):
+        v, _ = self.cfm.cfg_velocity(x, prompt_x, x_lens, t, style, mu, cfg_rate, prompt_lens)
         return v
 
 
@@ -166,6 +166,68 @@ def trunk_spec(uv: nn.Module) -> GraphSpec:
     )
 
 
+def inplace_trunk_spec(uv: nn.Module) -> GraphSpec:
+    """The trunk with the KV cache updated in place (gqa_trunk.py), named `gpt_trunk` like the classic
+    form; the runtime tells them apart by their inputs (decode_inplace.inplace_inputs)."""
+    from fasttts_cli.build.gqa_trunk import LAST_INDEX, SEQLENS_K, TOTAL_LEN, GqaTrunkGraph
+
+    d, layers, heads, dh = uv.cfg.model_dim, uv.cfg.layers, uv.cfg.heads, uv.cfg.head_dim
+
+    def trunk_in(b, t, g):
+        # t > 1: a prompt call, every row t long (a right-padded row's padding is unspecified output);
+        # t == 1: a decode step, rows with different past lengths in a buffer with spare columns
+        if t > 1:
+            seqlens = torch.full((b,), t - 1, dtype=torch.int32)
+            total, last, cap = t, torch.full((b,), t - 1, dtype=torch.int64), t + 3
+            kv = [torch.zeros(b, heads, cap, dh) for _ in range(2 * layers)]
+        else:
+            past = torch.randint(2, 9, (b,), generator=g)
+            seqlens, total, last, cap = (
+                past.to(torch.int32),
+                int(past.max()) + 1,
+                torch.zeros(b, dtype=torch.int64),
+                12,
+            )
+            kv = [_randn(g, b, heads, cap, dh) for _ in range(2 * layers)]
+            for a in kv:
+                for r in range(b):
+                    a[r, :, int(past[r]) :] = 0  # columns past a row's length hold nothing yet
+        return (_randn(g, b, t, d), seqlens, torch.tensor(total, dtype=torch.int32), last, *kv)
+
+    past, present = dec.past_names(layers), dec.present_names(layers)
+    axes = {dec.INPUTS_EMBEDS: {0: "batch", 1: "new"}, SEQLENS_K: {0: "batch"}, LAST_INDEX: {0: "batch"}}
+    axes.update({n: {0: "batch", 2: "capacity"} for n in past})
+    axes.update({dec.LOGITS: {0: "batch"}, dec.HIDDEN: {0: "batch", 1: "new"}})
+    axes.update({n: {0: "batch", 2: "capacity"} for n in present})
+    return GraphSpec(
+        "gpt_trunk",
+        "gpt",
+        GqaTrunkGraph(uv),
+        trunk_in,
+        [dec.INPUTS_EMBEDS, SEQLENS_K, TOTAL_LEN, LAST_INDEX, *past],
+        [dec.LOGITS, dec.HIDDEN, *present],
+        axes,
+        export_bt=(2, 6),
+        verify_bt=[(3, 5), (1, 9), (2, 1), (3, 1)],
+    )
+
+
+def inplace_trunk_fits(uv: nn.Module, comp: ComponentSpec | None) -> bool:
+    """The in-place form needs ONNX Runtime's CPU kernel (a contrib op: TensorRT cannot parse it; the
+    CUDA session keeps its own device cache) and a head size that is a multiple of 8."""
+    backend = (comp or ComponentSpec()).backend
+    return backend == "onnxruntime-cpu" and uv.cfg.head_dim % 8 == 0
+
+
+def engine_specs(m: IndexTTS2Modules, preset: Preset) -> list[GraphSpec]:
+    """The graphs `build_engine` exports for `preset`: `graph_specs`, with the in-place trunk where it
+    fits (`inplace_trunk_fits`)."""
+    specs = graph_specs(m)
+    if inplace_trunk_fits(m.gpt, preset.components.get("gpt")):
+        specs = [inplace_trunk_spec(m.gpt) if sp.name == "gpt_trunk" else sp for sp in specs]
+    return specs
+
+
 def graph_specs(m: IndexTTS2Modules) -> list[GraphSpec]:
     """Every component of the engine, built from loaded modules; all sizes come from the modules."""
     uv = m.gpt
@@ -219,6 +281,7 @@ def graph_specs(m: IndexTTS2Modules) -> list[GraphSpec]:
             _randn(g, b, style_dim),
             _randn(g, b, t, content_dim),
             torch.tensor([0.7]),
+            (lens * torch.rand(b, generator=g)).long(),  # prompt lengths: some rows crop, some not
         )
 
     def voc_in(b, t, g):
@@ -307,12 +370,13 @@ def graph_specs(m: IndexTTS2Modules) -> list[GraphSpec]:
             "dit",
             _CFGStep(m.s2mel),
             dit_in,
-            ["x", "prompt_x", "x_lens", "t", "style", "mu", "cfg_rate"],
+            ["x", "prompt_x", "x_lens", "t", "style", "mu", "cfg_rate", "prompt_lens"],
             ["v"],
             {
                 "x": {0: "batch", 2: "time"},
                 "prompt_x": {0: "batch", 2: "time"},
                 "x_lens": b_,
+                "prompt_lens": b_,
                 "t": b_,
                 "style": b_,
                 "mu": bt,
@@ -665,7 +729,7 @@ def build_engine(
         constants = model_constants(m)
         arrays = host_arrays(m)  # before the loop, which releases each module once exported
         specs: list[GraphSpec | None] = [
-            sp for sp in graph_specs(m) if components is None or sp.name in components
+            sp for sp in engine_specs(m, preset) if components is None or sp.name in components
         ]
         gpt_comp = preset.components.get("gpt")
         if gpt_comp is not None and gpt_comp.backend == "tensorrt-llm":

@@ -148,9 +148,11 @@ class CFM(nn.Module):
         style: torch.Tensor,
         mu: torch.Tensor,
         cfg_rate: float,
+        prompt_lens: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """One CFG step for B rows: one estimator call on 2B rows [cond; uncond], the uncond rows with zero
-        prompt, style and content. Returns (v (B, 80, T) = (1+cfg) v_c - cfg v_u, raw (2B, 80, T))."""
+        prompt, style and content. Returns (v (B, 80, T) = (1+cfg) v_c - cfg v_u, raw (2B, 80, T)).
+        prompt_lens (B,): v is needed only from each row's prompt end on (`DiT.head`'s crop)."""
         raw = self.estimator(
             torch.cat([x, x], dim=0),
             torch.cat([prompt_x, torch.zeros_like(prompt_x)], dim=0),
@@ -158,6 +160,7 @@ class CFM(nn.Module):
             torch.cat([t, t], dim=0),
             torch.cat([style, torch.zeros_like(style)], dim=0),
             torch.cat([mu, torch.zeros_like(mu)], dim=0),
+            prompt_lens=prompt_lens,
         )
         v_c, v_u = raw.chunk(2, dim=0)
         return (1.0 + cfg_rate) * v_c - cfg_rate * v_u, raw
@@ -195,7 +198,10 @@ class CFM(nn.Module):
             dt = t_span[step] - t_span[step - 1]
             t_rows = t.expand(n_rows)
             if cfg_rate > 0:
-                v, raw = self.cfg_velocity(x, prompt_x, x_lens, t_rows, style, mu, cfg_rate)
+                # a trace keeps the estimator's whole output (the parity vectors hold it); otherwise the
+                # head skips the prompt region, whose velocity is discarded
+                crop = None if trace else prompt_lens
+                v, raw = self.cfg_velocity(x, prompt_x, x_lens, t_rows, style, mu, cfg_rate, crop)
             else:
                 v = raw = self.estimator(x, prompt_x, x_lens, t_rows, style, mu)
             if trace:

@@ -1,5 +1,9 @@
 """Batched autoregressive decoding and the latent pass over the exported GPT trunk (numpy + Session).
 
+This module drives the classic trunk graph (past and present key/values as separate tensors), which
+TensorRT and the CUDA session run. ONNX Runtime CPU engines get the in-place form instead
+(decode_inplace.py), which has the same contract and shares `HostEmbeddings` and the sampling.
+
 The trunk graph is a pure function of `inputs_embeds`, an attention mask and explicit past key/values;
 every embedding and position lookup happens here on the host, from the `.npy` tables of the engine
 folder. That reproduces the original's position quirks exactly (spec §2.6.6-2.6.7):

@@ -39,6 +39,7 @@ from fasttts_cli.errors import EngineMismatchError, UsageError
 from fasttts_cli.indextts2 import decode as dec
 from fasttts_cli.indextts2 import emotion as emo
 from fasttts_cli.indextts2 import features as feat
+from fasttts_cli.indextts2.decode_inplace import InplaceGPTDecoder, decoder_for, inplace_inputs
 from fasttts_cli.indextts2.gpt_trtllm import GPT_TRTLLM, LinePrompt, TrtllmGPT, worker_dir
 from fasttts_cli.indextts2.sampling import Decoded, LineDecoder, SamplingParams
 from fasttts_cli.indextts2.sessions import Session, SessionOptions, open_session
@@ -71,7 +72,7 @@ _FIXED_IO: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     EMOTION_CONDITIONER: (("features", "lengths"), ("emovec",)),
     S2MEL_CONTENT: (("latent", "vq_emb", "code_lens"), ("cond", "ylens")),
     LENGTH_REGULATOR: (("x", "x_lens", "y_lens"), ("y",)),
-    DIT_CFG_STEP: (("x", "prompt_x", "x_lens", "t", "style", "mu", "cfg_rate"), ("v",)),
+    DIT_CFG_STEP: (("x", "prompt_x", "x_lens", "t", "style", "mu", "cfg_rate", "prompt_lens"), ("v",)),
     VOCODER: (("mel", "lengths"), ("wav",)),
 }
 
@@ -104,6 +105,17 @@ def required_io(
         (dec.LOGITS, dec.HIDDEN, *dec.present_names(layers)),
     )
     return io
+
+
+def io_matches(name: str, layers: int, inputs: set[str], outputs: set[str] | None = None) -> bool:
+    """A component's input names equal, and its outputs include, what this runtime uses. The GPT trunk
+    comes in two forms: the classic one (past/present concatenated) and the in-place one
+    (decode_inplace.py), which ONNX Runtime CPU engines get."""
+    ins, outs = required_io(layers)[name]
+    forms = [set(ins)]
+    if name == GPT_TRUNK:
+        forms.append(set(inplace_inputs(layers)))
+    return inputs in forms and (outputs is None or set(outs) <= outputs)
 
 
 # --------------------------------------------------------------------------------------- data at seams
@@ -266,7 +278,7 @@ class IndexTTS2Engine:
         self.emo_num = tuple(int(x) for x in cfg.get("emo_num", emo.EMO_NUM))
         self._sessions: dict[str, Session] = {}
         self._emb: dec.HostEmbeddings | None = None
-        self._decoder: dec.GPTDecoder | None = None
+        self._decoder: dec.GPTDecoder | InplaceGPTDecoder | None = None
         self._trtllm: TrtllmGPT | None = None
         self.trtllm_gpt = GPT_TRTLLM in manifest.components
         self._mats: emo.EmotionMatrices | None = None
@@ -299,7 +311,7 @@ class IndexTTS2Engine:
             want_in, want_out = required_io(self.layers, trtllm_gpt=self.trtllm_gpt)[name]
             have_in = {i.name for i in s.inputs}
             have_out = {o.name for o in s.outputs}
-            if set(want_in) != have_in or not set(want_out) <= have_out:
+            if not io_matches(name, self.layers, have_in, have_out):
                 raise EngineMismatchError(
                     f"{self.folder / comp.file}: component {name!r} has inputs {sorted(have_in)} and "
                     f"outputs {sorted(have_out)}; this runtime feeds {list(want_in)} and reads "
@@ -334,9 +346,9 @@ class IndexTTS2Engine:
         return self._emb
 
     @property
-    def decoder(self) -> dec.GPTDecoder:
+    def decoder(self) -> dec.GPTDecoder | InplaceGPTDecoder:
         if self._decoder is None:
-            self._decoder = dec.GPTDecoder(
+            self._decoder = decoder_for(
                 self.session(GPT_TRUNK), self.embeddings, layers=self.layers, heads=self.heads
             )
         return self._decoder
@@ -628,6 +640,7 @@ class IndexTTS2Engine:
         ts = euler_times(steps, schedule)
         sess = self.session(DIT_CFG_STEP)
         cfg = np.array([cfg_rate], np.float32)
+        prompt_lens = np.asarray(inp.prompt_lens, np.int64)
         t = ts[0]
         with self.times.time("cfm"):
             for s in range(1, steps + 1):
@@ -642,6 +655,7 @@ class IndexTTS2Engine:
                         "style": inp.style,
                         "mu": inp.cat_condition,
                         "cfg_rate": cfg,
+                        "prompt_lens": prompt_lens,
                     },
                 )["v"]
                 x = ((x + dt * v) * keep).astype(np.float32)
@@ -736,10 +750,12 @@ def check_manifest(manifest: Manifest, folder: Path) -> None:
             problems.append(
                 f"component {name!r} backend {comp.backend!r} (runs: {', '.join(SUPPORTED_BACKENDS)})"
             )
-        if comp.inputs and set(comp.inputs) != set(ins):
-            problems.append(f"component {name!r} inputs {sorted(comp.inputs)}, expected {sorted(ins)}")
-        if comp.outputs and not set(outs) <= set(comp.outputs):
-            problems.append(f"component {name!r} outputs {sorted(comp.outputs)}, expected {sorted(outs)}")
+        outs_have = set(comp.outputs) if comp.outputs else None
+        if comp.inputs and not io_matches(name, layers, set(comp.inputs), outs_have):
+            problems.append(
+                f"component {name!r} inputs {sorted(comp.inputs)} / outputs {sorted(comp.outputs)}, "
+                f"expected {sorted(ins)} / {sorted(outs)}"
+            )
     needed = [Path(f).stem for f in dec.TABLE_FILES.values()] + [
         W2V_MEAN,
         W2V_VAR,

@@ -149,6 +149,33 @@ class OrtSession:
         values = self._sess.run(names, cast)
         return dict(zip(names, values, strict=True))
 
+    def run_inplace(
+        self,
+        outputs: Sequence[str],
+        feeds: Mapping[str, np.ndarray],
+        inplace: Mapping[str, tuple[str, np.ndarray]],
+    ) -> dict[str, np.ndarray]:
+        """Like `run`, plus buffers updated in place: inplace[input] = (output, array) binds one array
+        (C-contiguous, the input's dtype) as both that input and that output, so the graph writes its
+        result into the array instead of a new one (the in-place KV cache of `decode_inplace`)."""
+        import onnxruntime as ort
+
+        io = self._sess.io_binding()
+        for k, v in feeds.items():
+            io.bind_cpu_input(k, np.ascontiguousarray(v, dtype=self._in_dtype[k]))
+        for name in outputs:  # first: get_outputs() lists outputs in binding order
+            io.bind_output(name)
+        for name, (out, arr) in inplace.items():
+            if not arr.flags.c_contiguous or arr.dtype != self._in_dtype[name]:
+                raise ValueError(
+                    f"{self.path.name}: in-place buffer {name} must be C-contiguous {self._in_dtype[name]}"
+                )
+            value = ort.OrtValue.ortvalue_from_numpy(arr)
+            io.bind_ortvalue_input(name, value)
+            io.bind_ortvalue_output(out, value)
+        self._sess.run_with_iobinding(io)
+        return {n: v.numpy() for n, v in zip(outputs, io.get_outputs()[: len(outputs)], strict=True)}
+
 
 def _info(node: object) -> TensorInfo:
     shape = tuple(d if isinstance(d, int) else (d or None) for d in node.shape)  # type: ignore[attr-defined]

@@ -74,7 +74,9 @@ class Pieces(Protocol):
 
     def module(self, kind: str, layer: int, x: Array, ctx: Any) -> Array: ...
 
-    def head(self, h: Array, x: Array, x_lens: Array, t: Array, ctx: Any) -> Array: ...
+    def head(
+        self, h: Array, x: Array, x_lens: Array, t: Array, prompt_lens: Array | None, ctx: Any
+    ) -> Array: ...
 
     def cat(self, a: Array, b: Array) -> Array: ...
 
@@ -109,6 +111,7 @@ class CFMRun:
     mu: Array  # (B, T, C)
     times: np.ndarray  # (S + 1,) float32 grid
     cfg_rate: float = 0.7
+    prompt_lens: Array | None = None  # (B,) int64; given, the head skips the prompt region (DiT.head)
 
     @property
     def steps(self) -> int:
@@ -189,19 +192,22 @@ def guided_velocity(
         if layer in emitters:
             skips[layer] = h
     hd = plan.head(step) if cfg else _no_cfg(plan.head(step))
+    pl2 = run.prompt_lens
+    if pl2 is not None and both:
+        pl2 = p.cat(pl2, pl2)
     if not cfg:
-        return p.head(h, args[0], args[2], args[3], ctx)
+        return p.head(h, args[0], args[2], args[3], pl2, ctx)
     if hd == COMPUTE:
-        v = p.head(h, args[0], args[2], args[3], ctx)
+        v = p.head(h, args[0], args[2], args[3], pl2, ctx)
         v_c, v_u = v[:b], v[b:]
         state.head_res = v_u - v_c
     elif hd == BRANCH:
         if state.head_res is None:
             raise PolicyError(f"head step {step}: branch skip before any full computation")
         if both:
-            v_c = p.head(h[:b], x, run.x_lens, p.rows_t(t, b), cond_ctx)
+            v_c = p.head(h[:b], x, run.x_lens, p.rows_t(t, b), run.prompt_lens, cond_ctx)
         else:
-            v_c = p.head(h, x, run.x_lens, args[3], ctx)
+            v_c = p.head(h, x, run.x_lens, args[3], run.prompt_lens, ctx)
         v_u = v_c + state.head_res
     else:
         raise PolicyError(f"head step {step}: decision {hd!r} (the head takes C or B)")

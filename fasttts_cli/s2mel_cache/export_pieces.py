@@ -7,7 +7,8 @@ Graphs (all with dynamic batch N and time T; written to `<engine>/s2mel_pieces/`
     attn_<l>.onnx     (x, c, rope, key_mask) -> out               what block l's attention adds
     ffn_<l>.onnx      (x, c) -> out                               what block l's FFN adds
     diag_<l>.onnx     (x, c, rope, key_mask) -> mass (N,)         calibration only: diagonal mass
-    head.onnx         (h, x, x_lens, t) -> v                      final norm, long skip, WaveNet, conv2
+    head.onnx         (h, x, x_lens, t, prompt_lens) -> v         final norm, long skip, WaveNet, conv2
+                                                                  (from min(prompt_lens) - margin on)
 
 `pieces.json` indexes them (depth, UViT skip plan, io names, sha256 per file). Every graph is checked
 against its PyTorch piece at export (ONNX Runtime, shapes other than the export example, rel < 1e-4).
@@ -89,7 +90,7 @@ class _Head(nn.Module):
         super().__init__()
         self.dit = dit
 
-    def forward(self, h, x, x_lens, t):
+    def forward(self, h, x, x_lens, t, prompt_lens):
         t1 = self.dit.t_embedder(t)
         tt = x.shape[-1]
         valid = torch.arange(tt, device=x.device).unsqueeze(0) < x_lens.unsqueeze(1)
@@ -102,7 +103,7 @@ class _Head(nn.Module):
             key_mask=valid[:, None, None, :],
             x_mask=valid[:, None, :].to(x.dtype),
         )
-        return self.dit.head(h, inp, t, x_lens)
+        return self.dit.head(h, inp, t, x_lens, self.dit.head_start(prompt_lens))
 
 
 def _graphs(dit: DiT) -> list[tuple[str, nn.Module, list[str], list[str]]]:
@@ -121,7 +122,7 @@ def _graphs(dit: DiT) -> list[tuple[str, nn.Module, list[str], list[str]]]:
         g.append((f"attn_{layer}", _Attn(dit, layer), ["x", "c", "rope", "key_mask"], ["out"]))
         g.append((f"ffn_{layer}", _FFN(dit, layer), ["x", "c"], ["out"]))
         g.append((f"diag_{layer}", _Diag(dit, layer), ["x", "c", "rope", "key_mask"], ["mass"]))
-    g.append(("head", _Head(dit), ["h", "x", "x_lens", "t"], ["v"]))
+    g.append(("head", _Head(dit), ["h", "x", "x_lens", "t", "prompt_lens"], ["v"]))
     return g
 
 
@@ -137,6 +138,7 @@ _AXES = {
     "mass": {0: "batch"},
     "prompt_x": {0: "batch", 2: "time"},
     "x_lens": {0: "batch"},
+    "prompt_lens": {0: "batch"},
     "t": {0: "batch"},
     "style": {0: "batch"},
     "mu": {0: "batch", 1: "time"},
@@ -169,7 +171,7 @@ def _example(dit: DiT, name: str, n: int, t: int, g: torch.Generator) -> tuple[t
         return h, inp.c, inp.rope, inp.key_mask
     if name.startswith("ffn"):
         return h, inp.c
-    return h, x, lens, tt  # head
+    return h, x, lens, tt, (lens * torch.rand(n, generator=g)).long()  # head
 
 
 def _rel(a: np.ndarray, b: np.ndarray) -> float:

@@ -20,7 +20,7 @@ from fasttts_cli.s2mel_cache.schedules import euler_times
 
 PIECES_DIR = "s2mel_pieces"  # inside the engine folder
 INDEX = "pieces.json"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the head takes prompt_lens and skips the prompt region
 
 
 @dataclass
@@ -54,7 +54,10 @@ class OrtPieces:
             )
         index = json.loads(path.read_text(encoding="utf-8"))
         if index.get("format_version") != FORMAT_VERSION:
-            raise EngineMismatchError(f"{path}: pieces format {index.get('format_version')!r}, expected 1")
+            raise EngineMismatchError(
+                f"{path}: pieces format {index.get('format_version')!r}, expected {FORMAT_VERSION}",
+                hint="export them again with `fasttts calibrate --checkpoint` (then calibrate again)",
+            )
         opts = SessionOptions(threads=threads)
         sessions = {
             name: OrtSession(folder / spec["file"], opts)
@@ -99,8 +102,11 @@ class OrtPieces:
         feeds = {"x": x, "c": ctx.c, "rope": ctx.rope, "key_mask": ctx.key_mask}
         return self._run(f"diag_{layer}", feeds)[0]
 
-    def head(self, h, x, x_lens, t, ctx: OrtContext) -> np.ndarray:
-        return self._run("head", {"h": h, "x": x, "x_lens": x_lens, "t": t})[0]
+    def head(self, h, x, x_lens, t, prompt_lens, ctx: OrtContext) -> np.ndarray:
+        if prompt_lens is None:  # no crop: start = max(0, 0 - margin) = 0
+            prompt_lens = np.zeros(h.shape[0], np.int64)
+        feeds = {"h": h, "x": x, "x_lens": x_lens, "t": t, "prompt_lens": prompt_lens}
+        return self._run("head", feeds)[0]
 
     def cat(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.concatenate([a, b], axis=0)
@@ -141,6 +147,7 @@ def prepare(
         np.asarray(mu, np.float32),
         np.asarray(times, np.float32),
         float(cfg_rate),
+        pl,
     )
     return run, (np.asarray(z, np.float32) * keep).astype(np.float32)
 

@@ -61,10 +61,11 @@ class TorchPieces:
             return block.attention_out(x, ctx.c, ctx.rope, ctx.key_mask)
         return block.ffn_out(x, ctx.c)
 
-    def head(self, h, x, x_lens, t, ctx: DiTInputs) -> torch.Tensor:
+    def head(self, h, x, x_lens, t, prompt_lens, ctx: DiTInputs) -> torch.Tensor:
         if ctx.c.shape[0] != h.shape[0]:
             ctx = self.first_rows(ctx, h.shape[0])
-        return self.dit.head(h, ctx, t, x_lens if self.row_padding else None)
+        start = None if prompt_lens is None else self.dit.head_start(prompt_lens)
+        return self.dit.head(h, ctx, t, x_lens if self.row_padding else None, start)
 
     def cat(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return torch.cat([a, b], dim=0)
@@ -96,7 +97,9 @@ def prepare(
     in_prompt = pos < prompt_lens.unsqueeze(1)
     keep = ((pos >= prompt_lens.unsqueeze(1)) & (pos < x_lens.unsqueeze(1))).unsqueeze(1).to(z.dtype)
     prompt_x = F.pad(prompt, (0, t_len - prompt.shape[-1])) * in_prompt.unsqueeze(1).to(z.dtype)
-    run = CFMRun(prompt_x, keep, x_lens, style, mu, np.asarray(times, np.float32), float(cfg_rate))
+    run = CFMRun(
+        prompt_x, keep, x_lens, style, mu, np.asarray(times, np.float32), float(cfg_rate), prompt_lens
+    )
     return run, z * keep
 
 

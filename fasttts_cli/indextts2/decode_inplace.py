@@ -1,0 +1,249 @@
+"""Batched decoding over the in-place trunk (build/gqa_trunk.py): the KV cache is written where it lies.
+
+Same contract as `decode.GPTDecoder` (generate / generate_codes / forced / latents, one `LineDecoder` per
+line, the original's positions), different cache handling:
+
+- each layer's keys and values live in one preallocated array (rows, heads, capacity, head_dim), bound
+  to the graph as both past and present, so a step writes one column instead of copying the cache;
+- rows are aligned at position 0 and carry their own lengths (`seqlens_k`), so there is no left padding
+  and nothing to trim when lines finish;
+- the capacity grows by doubling (a copy of the used columns) when a row would pass it, so a batch of
+  short lines never reserves the preset's max_tokens;
+- beams reorder rows in place (only the rows whose parent changed, only the used columns).
+
+The latent pass runs one line at a time, in chunks after the first (the kernel allows a chunk after a
+past only for batch 1): its memory is bounded by the chunk, whatever the line's length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from fasttts_cli.indextts2.decode import (
+    HIDDEN,
+    INPUTS_EMBEDS,
+    LOGITS,
+    GPTDecoder,
+    HostEmbeddings,
+    past_names,
+    present_names,
+)
+from fasttts_cli.indextts2.sampling import Decoded, LineDecoder, SamplingParams
+
+# Trunk IO names of the in-place form (build/gqa_trunk.py)
+SEQLENS_K = "seqlens_k"
+TOTAL_LEN = "total_sequence_length"
+LAST_INDEX = "last_index"
+
+
+def inplace_inputs(layers: int) -> tuple[str, ...]:
+    return (INPUTS_EMBEDS, SEQLENS_K, TOTAL_LEN, LAST_INDEX, *past_names(layers))
+
+
+class KVBuffers:
+    """Per layer k and v arrays (rows, heads, capacity, head_dim) and each row's length."""
+
+    def __init__(self, rows: int, layers: int, heads: int, head_dim: int, capacity: int) -> None:
+        self.shape = (heads, head_dim)
+        self.arrays = [np.zeros((rows, heads, capacity, head_dim), np.float32) for _ in range(2 * layers)]
+        self.lens = np.zeros(rows, np.int64)
+
+    @property
+    def rows(self) -> int:
+        return self.arrays[0].shape[0]
+
+    @property
+    def capacity(self) -> int:
+        return self.arrays[0].shape[2]
+
+    def ensure(self, needed: int) -> None:
+        """Room for `needed` columns: double the capacity (copying the used columns) until it fits."""
+        cap = self.capacity
+        if needed <= cap:
+            return
+        while cap < needed:
+            cap *= 2
+        used = int(self.lens.max(initial=0))
+        grown = []
+        for a in self.arrays:
+            b = np.zeros((a.shape[0], a.shape[1], cap, a.shape[3]), np.float32)
+            b[:, :, :used] = a[:, :, :used]
+            grown.append(b)
+        self.arrays = grown
+
+    def select(self, idx: np.ndarray) -> None:
+        """Row r takes old row idx[r]: in place (changed rows, used columns) when the count stays."""
+        used = int(self.lens.max(initial=0))
+        if idx.size == self.rows:
+            changed = np.flatnonzero(idx != np.arange(self.rows))
+            if changed.size:
+                src = idx[changed]
+                for a in self.arrays:
+                    a[changed, :, :used] = a[src, :, :used]
+                self.lens = self.lens[idx]
+            return
+        self.arrays = [np.ascontiguousarray(a[idx]) for a in self.arrays]
+        self.lens = self.lens[idx]
+
+
+class InplaceGPTDecoder:
+    """`GPTDecoder`'s API over the in-place trunk Session (needs `run_inplace`: sessions.OrtSession)."""
+
+    def __init__(
+        self,
+        session: object,
+        emb: HostEmbeddings,
+        *,
+        layers: int,
+        heads: int,
+        chunk: int = 256,
+        headroom: int = 128,
+    ) -> None:
+        self.session = session
+        self.emb = emb
+        self.layers = layers
+        self.heads = heads
+        self.head_dim = emb.model_dim // heads
+        self.chunk = chunk
+        self.headroom = headroom  # columns past the prefix reserved before the first growth
+        self._past = past_names(layers)
+        self._present = present_names(layers)
+
+    # ----------------------------------------------------------------------------- trunk
+
+    def trunk(
+        self, x: np.ndarray, kv: KVBuffers, new_lens: np.ndarray, last: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """One call. x (B, S, D): S new tokens per row (a prompt call right-pads rows to S, then each row
+        gets new_lens[b] of them; a decode call has S == 1). Updates kv in place and its lengths;
+        returns (logits (B, V) at position last[b] of x, hidden (B, S, D))."""
+        total = kv.lens + new_lens
+        kv.ensure(int(total.max()))
+        prompt = int(kv.lens.max(initial=0)) == 0
+        feeds = {
+            INPUTS_EMBEDS: x.astype(np.float32, copy=False),
+            SEQLENS_K: (total - 1).astype(np.int32),
+            TOTAL_LEN: np.array(x.shape[1] if prompt else int(total.max()), np.int32),
+            LAST_INDEX: last.astype(np.int64),
+        }
+        inplace = {p: (o, a) for p, o, a in zip(self._past, self._present, kv.arrays, strict=True)}
+        out = self.session.run_inplace([LOGITS, HIDDEN], feeds, inplace)  # type: ignore[attr-defined]
+        kv.lens = total
+        return out[LOGITS], out[HIDDEN]
+
+    def _prefill(self, prefixes: Sequence[np.ndarray]) -> tuple[np.ndarray, KVBuffers]:
+        """[prefix | start token at mel position 0] per line, right-padded: (logits (n, V), cache)."""
+        n, d = len(prefixes), self.emb.model_dim
+        lens = np.array([p.shape[0] + 1 for p in prefixes], np.int64)
+        s = int(lens.max())
+        x = np.zeros((n, s, d), np.float32)
+        start = self.emb.mel(np.array([self.emb.tokens.start_mel]), np.array([0]))[0]
+        for i, p in enumerate(prefixes):
+            x[i, : p.shape[0]] = p
+            x[i, p.shape[0]] = start
+        kv = KVBuffers(n, self.layers, self.heads, self.head_dim, s + self.headroom)
+        logits, _ = self.trunk(x, kv, lens, lens - 1)
+        return logits, kv
+
+    # ----------------------------------------------------------------------------- generation
+
+    def generate(self, prefixes: Sequence[np.ndarray], decoders: Sequence[LineDecoder]) -> list[Decoded]:
+        if len(prefixes) != len(decoders):
+            raise ValueError("one decoder per prefix")
+        if not prefixes:
+            return []
+        for dec in decoders:
+            if dec.params.max_tokens > self.emb.max_codes:
+                raise ValueError(
+                    f"max_tokens {dec.params.max_tokens} exceeds the {self.emb.max_codes} "
+                    "mel positions of this engine"
+                )
+        logits, kv = self._prefill(prefixes)
+        rows_per_line = [d.rows for d in decoders]
+        src = np.repeat(np.arange(len(prefixes)), rows_per_line)
+        if src.size != len(prefixes):  # every beam of a line starts from the line's prefill row
+            kv.select(src)
+            logits = logits[src]
+        offsets = np.concatenate([[0], np.cumsum(rows_per_line)[:-1]])
+        active = list(range(len(prefixes)))
+        step = 0
+        while active:
+            index, tokens, still = [], [], []
+            row = 0
+            for li in active:
+                dec = decoders[li]
+                parents, toks = dec.step(logits[offsets[li] : offsets[li] + dec.rows])
+                if not dec.done:
+                    index.append(offsets[li] + parents)
+                    tokens.append(toks)
+                    still.append(li)
+                    offsets[li] = row
+                    row += dec.rows
+            active = still
+            if not active:
+                break
+            kv.select(np.concatenate(index))
+            # the code generated at `step` is fed at mel position step + 2 (the original's quirk)
+            tok = np.concatenate(tokens)
+            x = self.emb.mel(tok, np.full(tok.shape, step + 2))[:, None, :]
+            ones = np.ones(tok.size, np.int64)
+            logits, _ = self.trunk(x, kv, ones, 0 * ones)
+            step += 1
+        return [d.result() for d in decoders]
+
+    def generate_codes(
+        self, prefixes: Sequence[np.ndarray], params: SamplingParams, seeds: Sequence[int | None]
+    ) -> list[Decoded]:
+        return self.generate(prefixes, [LineDecoder(params, s) for s in seeds])
+
+    def forced(self, prefix: np.ndarray, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The generation path under teacher forcing for one line: (logits (n+1, V), hidden (n+1, D))."""
+        n0 = prefix.shape[0] + 1
+        x = np.concatenate(
+            [prefix, self.emb.mel(np.array([self.emb.tokens.start_mel]), np.array([0]))], axis=0
+        )[None]
+        kv = KVBuffers(1, self.layers, self.heads, self.head_dim, n0 + self.headroom)
+        logits, hidden = self.trunk(x, kv, np.array([n0]), np.array([n0 - 1]))
+        all_logits, all_hidden = [logits[0]], [hidden[0, -1]]
+        one = np.ones(1, np.int64)
+        for k, c in enumerate(np.asarray(codes, dtype=np.int64)):
+            logits, h = self.trunk(self.emb.mel(np.array([c]), np.array([k + 2]))[None], kv, one, 0 * one)
+            all_logits.append(logits[0])
+            all_hidden.append(h[0, -1])
+        return np.stack(all_logits), np.stack(all_hidden)
+
+    # ----------------------------------------------------------------------------- latent pass
+
+    def latents(self, prefixes: Sequence[np.ndarray], codes: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Teacher-forced second pass (spec §2.6.7), one line at a time in chunks; (n_i, D) per line."""
+        t = self.emb.tokens
+        out = []
+        for p, c in zip(prefixes, codes, strict=True):
+            c = np.asarray(c, dtype=np.int64).reshape(-1)
+            if c.size + 2 > self.emb.mel_pos.shape[0]:
+                raise ValueError(f"{c.size} codes exceed the engine's mel positions")
+            mel_ids = np.concatenate([[t.start_mel], c, [t.stop_mel]])
+            seq = np.concatenate([p, self.emb.mel(mel_ids, np.arange(mel_ids.size))], axis=0)[None]
+            kv = KVBuffers(1, self.layers, self.heads, self.head_dim, seq.shape[1])
+            hidden = []
+            for s in range(0, seq.shape[1], self.chunk):
+                part = seq[:, s : s + self.chunk]
+                n = np.array([part.shape[1]])
+                _, h = self.trunk(part, kv, n, n - 1)
+                hidden.append(h[0])
+            full = np.concatenate(hidden, axis=0)
+            out.append(full[full.shape[0] - c.size - 2 : full.shape[0] - 2].copy())
+        return out
+
+
+def decoder_for(
+    session: object, emb: HostEmbeddings, *, layers: int, heads: int
+) -> GPTDecoder | InplaceGPTDecoder:
+    """The decoder for a trunk Session: in place when the graph has that form and the Session can bind
+    buffers (sessions.OrtSession), else the classic one."""
+    names = {i.name for i in session.inputs}  # type: ignore[attr-defined]
+    if names == set(inplace_inputs(layers)) and hasattr(session, "run_inplace"):
+        return InplaceGPTDecoder(session, emb, layers=layers, heads=heads)
+    return GPTDecoder(session, emb, layers=layers, heads=heads)  # type: ignore[arg-type]

@@ -1,0 +1,120 @@
+"""The in-place trunk (build/gqa_trunk.py, ONNX Runtime's GroupQueryAttention) and its decoder
+(decode_inplace.py) give what the classic trunk and `GPTDecoder` give on the same tiny weights: the same
+sampled codes (1 and 3 beams, lines finishing at different steps, the cache growing past its first
+capacity), the same latents (whole and chunked) and the same teacher-forced path; the buffers are
+really written in place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from fasttts_cli.indextts2 import decode as dec
+from fasttts_cli.indextts2.decode_inplace import InplaceGPTDecoder, KVBuffers, decoder_for
+from fasttts_cli.indextts2.sampling import LineDecoder, SamplingParams
+from fasttts_cli.indextts2.sessions import OrtSession, SessionOptions
+
+
+@dataclass
+class Pair:
+    classic: dec.GPTDecoder
+    inplace: InplaceGPTDecoder
+    emb: dec.HostEmbeddings
+    n_latents: int
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Pair:
+    torch = pytest.importorskip("torch")
+    yaml = pytest.importorskip("yaml")
+    from fasttts_cli.build.export import export_graph, gpt_host_tables, inplace_trunk_spec, trunk_spec
+    from fasttts_cli.build.tiny import TINY, write_tiny_checkpoint
+    from fasttts_cli.build.unified_voice import load_unified_voice
+
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("inplace")
+    ckpt = write_tiny_checkpoint(root / "ckpt", stop_bias=0.0)
+    gcfg = yaml.safe_load((ckpt / "config.yaml").read_text(encoding="utf-8"))["gpt"]
+    uv = load_unified_voice(ckpt / "gpt.pth", gcfg, cond_input_size=TINY.w2v_width)
+    (root / "a").mkdir()
+    (root / "b").mkdir()
+    classic = export_graph(trunk_spec(uv), root / "a")
+    inplace = export_graph(inplace_trunk_spec(uv), root / "b")  # verified against PyTorch inside
+    for name, arr in gpt_host_tables(uv).items():
+        np.save(root / name, arr)
+    c = uv.cfg
+    emb = dec.HostEmbeddings.load(
+        root, dec.GPTTokens(c.start_text_token, c.stop_text_token, c.start_mel_token, c.stop_mel_token)
+    )
+    opts = SessionOptions(threads=1)
+    a = decoder_for(OrtSession(classic, opts), emb, layers=c.layers, heads=c.heads)
+    b = decoder_for(OrtSession(inplace, opts), emb, layers=c.layers, heads=c.heads)
+    assert isinstance(a, dec.GPTDecoder) and isinstance(b, InplaceGPTDecoder)
+    b.headroom = 4  # the cache must grow several times within these short lines
+    return Pair(a, b, emb, c.spk_perceiver.num_latents)
+
+
+def _prefixes(p: Pair, lens: list[int], seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    d = p.emb.model_dim
+    return [
+        p.emb.prefix(
+            rng.normal(size=(p.n_latents, d)).astype(np.float32),
+            (0.3 * rng.normal(size=d)).astype(np.float32),
+            rng.integers(2, p.emb.text_embedding.shape[0], size=n),
+        )
+        for n in lens
+    ]
+
+
+@pytest.mark.parametrize("beams", [1, 3])
+def test_sampled_codes_equal_the_classic_decoder(pair: Pair, beams: int) -> None:
+    prefixes = _prefixes(pair, [5, 17, 9, 2])
+    params = [
+        SamplingParams(num_beams=beams, top_k=30, top_p=0.8, temperature=0.8, max_tokens=m)
+        for m in (20, 35, 7, 28)
+    ]
+    want = pair.classic.generate(prefixes, [LineDecoder(q, 100 + i) for i, q in enumerate(params)])
+    got = pair.inplace.generate(prefixes, [LineDecoder(q, 100 + i) for i, q in enumerate(params)])
+    for w, g in zip(want, got, strict=True):
+        np.testing.assert_array_equal(g.codes, w.codes)
+    assert len({w.codes.size for w in want}) > 1  # lines left the batch at different steps
+
+
+def test_latents_and_forced_path_equal_the_classic_decoder(pair: Pair) -> None:
+    prefixes = _prefixes(pair, [4, 12, 8], seed=1)
+    rng = np.random.default_rng(2)
+    codes = [rng.integers(0, 8000, size=n) for n in (30, 3, 17)]
+    want = pair.classic.latents(prefixes, codes)
+    for chunk in (256, 7):  # one call per line, and chunks after a past
+        pair.inplace.chunk = chunk
+        got = pair.inplace.latents(prefixes, codes)
+        for w, g in zip(want, got, strict=True):
+            assert g.shape == w.shape
+            np.testing.assert_allclose(g, w, rtol=0, atol=1e-5)
+    pair.inplace.chunk = 256
+    wl, wh = pair.classic.forced(prefixes[1], codes[0])
+    gl, gh = pair.inplace.forced(prefixes[1], codes[0])
+    np.testing.assert_allclose(gl, wl, rtol=0, atol=1e-4)
+    np.testing.assert_allclose(gh, wh, rtol=0, atol=1e-5)
+
+
+def test_cache_is_written_in_place_and_grows(pair: Pair) -> None:
+    d = pair.inplace
+    kv = KVBuffers(2, d.layers, d.heads, d.head_dim, 4)
+    x = np.random.default_rng(3).normal(size=(2, 3, pair.emb.model_dim)).astype(np.float32)
+    first = kv.arrays[0]
+    d.trunk(x, kv, np.array([3, 2]), np.array([2, 1]))
+    assert kv.arrays[0] is first and np.abs(first[0, :, :3]).max() > 0  # written where it lies
+    assert kv.lens.tolist() == [3, 2]
+    one = np.ones(2, np.int64)
+    for _ in range(3):
+        d.trunk(x[:, :1], kv, one, 0 * one)
+    assert kv.capacity == 8 and kv.lens.tolist() == [6, 5]
+    np.testing.assert_array_equal(kv.arrays[0][0, :, :3], first[0, :, :3])  # kept across the growth
+    before = kv.arrays[1][1, :, :5].copy()
+    kv.select(np.array([1, 1]))
+    assert kv.lens.tolist() == [5, 5]
+    np.testing.assert_array_equal(kv.arrays[1][0, :, :5], before)
