@@ -114,7 +114,14 @@ def test_cache_is_written_in_place_and_grows(pair: Pair) -> None:
         d.trunk(x[:, :1], kv, one, 0 * one)
     assert kv.capacity == 8 and kv.lens.tolist() == [6, 5]
     np.testing.assert_array_equal(kv.arrays[0][0, :, :3], first[0, :, :3])  # kept across the growth
-    before = kv.arrays[1][1, :, :5].copy()
-    kv.select(np.array([1, 1]))
-    assert kv.lens.tolist() == [5, 5]
-    np.testing.assert_array_equal(kv.arrays[1][0, :, :5], before)
+    rows = [kv.arrays[1][r, :, :6].copy() for r in (0, 1)]
+    kv.select(np.array([1, 0]))  # a swap: through a copy
+    assert kv.lens.tolist() == [5, 6]
+    np.testing.assert_array_equal(kv.arrays[1][0, :, :5], rows[1][:, :5])
+    np.testing.assert_array_equal(kv.arrays[1][1, :, :6], rows[0])
+    kv.shared[:] = 2  # columns both rows share are not copied
+    kv.arrays[1][1, :, :2] = -7.0
+    kv.select(np.array([1, 1]))  # straight from the source row
+    assert kv.lens.tolist() == [6, 6]
+    np.testing.assert_array_equal(kv.arrays[1][0, :, 2:6], rows[0][:, 2:6])
+    assert not (kv.arrays[1][0, :, :2] == -7.0).any()

@@ -49,6 +49,9 @@ class KVBuffers:
         self.shape = (heads, head_dim)
         self.arrays = [np.zeros((rows, heads, capacity, head_dim), np.float32) for _ in range(2 * layers)]
         self.lens = np.zeros(rows, np.int64)
+        # columns every row shares with the rows of its line (the prefill: beams differ only after it),
+        # which a beam reorder need not copy
+        self.shared = np.zeros(rows, np.int64)
 
     @property
     def rows(self) -> int:
@@ -74,18 +77,28 @@ class KVBuffers:
         self.arrays = grown
 
     def select(self, idx: np.ndarray) -> None:
-        """Row r takes old row idx[r]: in place (changed rows, used columns) when the count stays."""
+        """Row r takes old row idx[r] (a row of the same line: beams). When the count stays, in place:
+        only the changed rows, only the columns after the line's shared prefill, and straight from the
+        source row unless that row is itself overwritten (then through a copy). This copy is most of
+        what a step with 3 beams costs beyond a step with 1."""
         used = int(self.lens.max(initial=0))
         if idx.size == self.rows:
             changed = np.flatnonzero(idx != np.arange(self.rows))
             if changed.size:
                 src = idx[changed]
+                lo = int(self.shared[changed].min())
+                direct = not np.isin(src, changed).any()
                 for a in self.arrays:
-                    a[changed, :, :used] = a[src, :, :used]
+                    if direct:
+                        for r, s in zip(changed.tolist(), src.tolist(), strict=True):
+                            a[r, :, lo:used] = a[s, :, lo:used]
+                    else:
+                        a[changed, :, lo:used] = a[src, :, lo:used]
                 self.lens = self.lens[idx]
             return
         self.arrays = [np.ascontiguousarray(a[idx]) for a in self.arrays]
         self.lens = self.lens[idx]
+        self.shared = self.shared[idx]
 
 
 class InplaceGPTDecoder:
@@ -145,6 +158,7 @@ class InplaceGPTDecoder:
             x[i, p.shape[0]] = start
         kv = KVBuffers(n, self.layers, self.heads, self.head_dim, s + self.headroom)
         logits, _ = self.trunk(x, kv, lens, lens - 1)
+        kv.shared = lens.copy()
         return logits, kv
 
     # ----------------------------------------------------------------------------- generation
