@@ -236,7 +236,12 @@ def run(kind: str, work: Path, sim_cpu: bool, rows: list) -> None:
     ckpt = checkpoint(kind, work)
     cpu_dir = work / f"{kind}-cpu-fp32"
     if not (cpu_dir / "manifest.json").exists():
-        build_engine(ckpt, "cpu-fp32", cpu_dir, overwrite=True)
+        # the reference keeps the classic trunk graph (a CPU engine would get the in-place one, whose
+        # GroupQueryAttention TensorRT cannot parse): same weights, same graphs otherwise
+        base = load_preset("cpu-fp32")
+        ref = replace(base, name="cpu-fp32-classic-trunk",
+                      components={**base.components, "gpt": ComponentSpec("onnxruntime-cuda", "fp32")})
+        build_engine(ckpt, ref, cpu_dir, overwrite=True)
     manifest = read_manifest(cpu_dir)
     specs = {s.name: s for s in graph_specs(load_checkpoint(ckpt))}
     done: dict[tuple, dict] = {}  # (component, backend, precision, options) -> row: presets share plans
@@ -287,6 +292,53 @@ def run(kind: str, work: Path, sim_cpu: bool, rows: list) -> None:
         if pname == "fp16":  # the trunk rows do not depend on the preset's TensorRT-LLM precision
             gpt_rows(kind, preset, cpu_dir, out, manifest, preset.limits, sim_cpu, rows)
         trtllm_row(kind, preset, ckpt, work, rows)
+    engine_row(kind, ckpt, cpu_dir, work, sim_cpu, rows)
+
+
+def engine_row(kind: str, ckpt: Path, cpu_dir: Path, work: Path, sim_cpu: bool, rows: list) -> None:
+    """The whole w8a16 engine as `fasttts build` makes it (TensorRT plans + the TensorRT-LLM GPT built in
+    $FASTTTS_TRTLLM_PYTHON's environment), one line through the engine API against the reference engine:
+    greedy codes agreement and the relative error of the mel."""
+    from fasttts_cli.build.export import build_engine
+    from fasttts_cli.indextts2.engine import IndexTTS2Engine
+    from fasttts_cli.indextts2.sampling import SamplingParams
+    import soundfile as sf
+
+    row = {"checkpoint": kind, "preset": "w8a16", "component": "engine (fasttts build)", "backend": "tensorrt + tensorrt-llm",
+           "precision": "w8a16", "tol": GPT_TOL["w8a16"]}
+    if sim_cpu or not os.environ.get(gpu_stack.TRTLLM_PYTHON_ENV):
+        rows.append({**row, "ok": None, "note": f"needs a GPU, TensorRT and ${gpu_stack.TRTLLM_PYTHON_ENV}: not run"})
+        return
+    out = work / f"{kind}-w8a16-engine"
+    try:
+        t = time.time()
+        build_engine(ckpt, "w8a16", out, overwrite=True)
+        row["build_s"] = time.time() - t
+        wav = work / "voice.wav"
+        tt = np.arange(3 * 22050) / 22050
+        sf.write(str(wav), (0.2 * np.sin(2 * np.pi * 150 * tt) * (1 + 0.3 * np.sin(2 * np.pi * 3 * tt))).astype(np.float32), 22050)
+        mels, codes = [], []
+        for folder in (out, cpu_dir):
+            e = IndexTTS2Engine.load(folder)
+            voice = e.voice_conditioning(e.speaker_audio(wav), e.emotion_audio(wav))
+            ids = e.text.segments("The quick brown fox jumps over the lazy dog.")[0]
+            prefix = e.prefix(voice.spk_latents, voice.emovec, ids)
+            (d,) = e.generate([prefix], SamplingParams.greedy(40), [0])
+            codes.append(d.codes)
+            wavs = e.codes_to_wavs([voice], [prefix], [d.codes], [np.random.default_rng(0)], steps=10)
+            mels.append(wavs[0])
+            e.close()
+        n = min(len(codes[0]), len(codes[1]))
+        row["argmax_agree"] = float(np.mean(codes[0][:n] == codes[1][:n])) if n else 0.0
+        if len(codes[0]) == len(codes[1]):
+            row["rel_err"] = rel(mels[0], mels[1])
+            row["ok"] = row["rel_err"] < row["tol"]
+        else:
+            row["ok"] = False
+        row["note"] = f"codes {len(codes[0])} vs {len(codes[1])} (greedy, 40 max); wav error over a 10-step CFM"
+    except Exception as e:  # the row reports it; the table still prints
+        row.update(ok=False, note=f"FAILED: {str(e)[-400:]}")
+    rows.append(row)
 
 
 def table(rows: list) -> str:
