@@ -142,6 +142,12 @@ def test_int8_preset_quantizes_and_records_error(tiny: Path, tmp_path: Path) -> 
     info = m.config["build"]["gpt_trunk"]
     assert 0 < info["rel_error_vs_pytorch"] < 0.2 and info["conversion"]["quantized"] > 0
     assert not (out / "gpt_trunk.onnx").exists()  # the fp32 intermediate is not shipped
+    from fasttts_cli.build.quantize import count_ops
+
+    ops = count_ops(out / m.components["gpt_trunk"].file)
+    # every weight matrix quantized: 4 per block (qkv, attention out, fc, proj) and the mel head
+    assert ops.get("MatMulNBits") == 4 * TINY_CONFIG["gpt"]["layers"] + 1, ops
+    assert "Gemm" not in ops and "GroupQueryAttention" in ops
 
 
 # ----------------------------------------------------------------------------------------- parity

@@ -106,5 +106,7 @@ class GqaTrunkGraph(nn.Module):
             present += [pk, pv]
         hidden = self.uv.final_norm(self.uv.gpt.ln_f(x))
         rows = torch.arange(hidden.shape[0])
-        logits = self.uv.mel_head(hidden[rows, last_index])
+        # (B, 1, D) keeps the head a MatMul (a 2-D input exports as Gemm, which the weight-only
+        # quantizer does not take: the head would stay fp32 in int8/int4 engines)
+        logits = self.uv.mel_head(hidden[rows, last_index].unsqueeze(1))[:, 0]
         return (logits, hidden, *present)
