@@ -185,8 +185,9 @@ def test_graph_without_weights_is_an_error(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------- parity GPT trunk
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=["classic", "inplace"])
 def trunk_onnx(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Path:
+    """The parity checkpoint's trunk in both graph forms (decode.py's and decode_inplace.py's)."""
     torch = pytest.importorskip("torch")
     yaml = pytest.importorskip("yaml")
     from fasttts_cli.build.unified_voice import TrunkGraph, load_unified_voice
@@ -201,6 +202,10 @@ def trunk_onnx(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fixture
     cfg = yaml.safe_load((ckpt / "config.yaml").read_text(encoding="utf-8"))
     uv = load_unified_voice(ckpt / "gpt.pth", cfg["gpt"])
     c = uv.cfg
+    if request.param == "inplace":
+        from fasttts_cli.build.export import export_graph, inplace_trunk_spec
+
+        return export_graph(inplace_trunk_spec(uv), tmp_path_factory.mktemp("trunk-inplace"))
     out = tmp_path_factory.mktemp("trunk") / "gpt_trunk.onnx"
     past, present = dec.past_names(c.layers), dec.present_names(c.layers)
     axes = {dec.INPUTS_EMBEDS: {0: "batch", 1: "new"}, dec.ATTENTION_MASK: {0: "batch", 1: "total"}}
@@ -228,16 +233,20 @@ def trunk_onnx(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fixture
     return out
 
 
-def _forced(path: Path, case) -> tuple[np.ndarray, np.ndarray]:
-    from fasttts_cli.indextts2.decode import GPTDecoder, HostEmbeddings
+def _decoder(path: Path):
+    """The runtime's decoder for either trunk form (decode_inplace.decoder_for)."""
+    from fasttts_cli.indextts2.decode import HostEmbeddings
+    from fasttts_cli.indextts2.decode_inplace import decoder_for
     from fasttts_cli.indextts2.sessions import OrtSession, SessionOptions
 
     sess = OrtSession(path, SessionOptions(threads=1))
-    emb = HostEmbeddings.load(path.parent)
     layers = sum(1 for i in sess.inputs if i.name.startswith("past_key_"))
-    heads = int(sess.inputs[2].shape[1])
-    decoder = GPTDecoder(sess, emb, layers=layers, heads=heads)
-    return decoder.forced(case["gpt_prefix_emb"][0], case["gpt_forced_codes"])
+    heads = int(next(i for i in sess.inputs if i.name == "past_key_0").shape[1])
+    return decoder_for(sess, HostEmbeddings.load(path.parent), layers=layers, heads=heads)
+
+
+def _forced(path: Path, case) -> tuple[np.ndarray, np.ndarray]:
+    return _decoder(path).forced(case["gpt_prefix_emb"][0], case["gpt_forced_codes"])
 
 
 @pytest.mark.parity
@@ -304,23 +313,13 @@ def _check_greedy(fp32: Path, q: Path, case) -> None:
 
 
 def _forced_codes(path: Path, case, codes: list[int]) -> tuple[np.ndarray, np.ndarray]:
-    from fasttts_cli.indextts2.decode import GPTDecoder, HostEmbeddings
-    from fasttts_cli.indextts2.sessions import OrtSession, SessionOptions
-
-    sess = OrtSession(path, SessionOptions(threads=1))
-    layers = sum(1 for i in sess.inputs if i.name.startswith("past_key_"))
-    d = GPTDecoder(sess, HostEmbeddings.load(path.parent), layers=layers, heads=int(sess.inputs[2].shape[1]))
-    return d.forced(case["gpt_prefix_emb"][0], np.asarray(codes, dtype=np.int64))
+    return _decoder(path).forced(case["gpt_prefix_emb"][0], np.asarray(codes, dtype=np.int64))
 
 
 def _greedy(path: Path, case) -> list[int]:
-    from fasttts_cli.indextts2.decode import GPTDecoder, HostEmbeddings
     from fasttts_cli.indextts2.sampling import SamplingParams
-    from fasttts_cli.indextts2.sessions import OrtSession, SessionOptions
 
-    sess = OrtSession(path, SessionOptions(threads=1))
-    layers = sum(1 for i in sess.inputs if i.name.startswith("past_key_"))
-    d = GPTDecoder(sess, HostEmbeddings.load(path.parent), layers=layers, heads=int(sess.inputs[2].shape[1]))
+    d = _decoder(path)
     params = SamplingParams(do_sample=False, num_beams=1, repetition_penalty=1.0, max_tokens=40)
     out = d.generate_codes([case["gpt_prefix_emb"][0]], params, seeds=[0])[0]
     assert len(out.codes) > 0
