@@ -200,44 +200,21 @@ class GPTDecoder:
             raise ValueError("one decoder per prefix")
         if not prefixes:
             return []
-        for dec in decoders:
-            if dec.params.max_tokens > self.emb.max_codes:
-                raise ValueError(
-                    f"max_tokens {dec.params.max_tokens} exceeds the {self.emb.max_codes} "
-                    "mel positions of this engine"
-                )
+        lines = LineRows(decoders, self.emb.max_codes)
         x, mask = self._prefill_inputs(prefixes)
         logits, _, kv = self.forward(x, mask)
         # Every beam of a line starts from the same prefill row.
-        rows_per_line = [d.rows for d in decoders]
-        src = np.repeat(np.arange(len(prefixes)), rows_per_line)
+        src = lines.src
         kv = [a[src] for a in kv] if len(src) != len(prefixes) else kv
         mask, logits = mask[src], logits[src]
-        offsets = np.concatenate([[0], np.cumsum(rows_per_line)[:-1]])
-        active = list(range(len(prefixes)))
         step = 0
-        while active:
-            index, tokens, still = [], [], []
-            row = 0
-            for li in active:
-                dec = decoders[li]
-                parents, toks = dec.step(logits[offsets[li] : offsets[li] + dec.rows])
-                if not dec.done:
-                    index.append(offsets[li] + parents)
-                    tokens.append(toks)
-                    still.append(li)
-                    offsets[li] = row
-                    row += dec.rows
-            active = still
-            if not active:
-                break
-            idx = np.concatenate(index)
+        while (nxt := lines.step(logits)) is not None:
+            idx, tok = nxt
             left = idx.size < mask.shape[0]
             kv, mask = _reorder(kv, mask, idx)
             if left:
                 kv, mask = _trim_left_padding(kv, mask)
             # the code generated at `step` is fed at mel position step + 2 (the original's quirk)
-            tok = np.concatenate(tokens)
             x = self.emb.mel(tok, np.full(tok.shape, step + 2))[:, None, :]
             mask = np.concatenate([mask, np.ones((mask.shape[0], 1), dtype=np.int64)], axis=1)
             logits, _, kv = self.trunk(x, mask, kv)
@@ -291,6 +268,42 @@ class GPTDecoder:
             n = int(np.asarray(c).size)
             out.append(hidden[i, tmax - n - 2 : tmax - 2].copy())
         return out
+
+
+class LineRows:
+    """The batch rows of each line while lines finish (both decoders): a line's beams sit in consecutive
+    rows, each line samples from its own rows with its own LineDecoder, and a finished line's rows leave."""
+
+    def __init__(self, decoders: Sequence[LineDecoder], max_codes: int) -> None:
+        for dec in decoders:
+            if dec.params.max_tokens > max_codes:
+                raise ValueError(
+                    f"max_tokens {dec.params.max_tokens} exceeds the {max_codes} mel positions of this engine"
+                )
+        self.decoders = decoders
+        rows = [d.rows for d in decoders]
+        self.src = np.repeat(np.arange(len(decoders)), rows)  # the prefill row of every beam row
+        self.offsets = np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64)
+        self.active = list(range(len(decoders)))
+
+    def step(self, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """Every active line samples from its rows of `logits` (rows, V). Returns (idx, tokens) for the
+        next step: row r continues old row idx[r] and is fed tokens[r]; None once every line is done."""
+        index, tokens, still = [], [], []
+        row = 0
+        for li in self.active:
+            dec, o = self.decoders[li], self.offsets[li]
+            parents, toks = dec.step(logits[o : o + dec.rows])
+            if not dec.done:
+                index.append(o + parents)
+                tokens.append(toks)
+                still.append(li)
+                self.offsets[li] = row
+                row += dec.rows
+        self.active = still
+        if not still:
+            return None
+        return np.concatenate(index), np.concatenate(tokens)
 
 
 def _reorder(kv: KV, mask: np.ndarray, idx: np.ndarray) -> tuple[KV, np.ndarray]:

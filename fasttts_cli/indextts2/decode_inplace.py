@@ -27,6 +27,7 @@ from fasttts_cli.indextts2.decode import (
     LOGITS,
     GPTDecoder,
     HostEmbeddings,
+    LineRows,
     past_names,
     present_names,
 )
@@ -168,39 +169,16 @@ class InplaceGPTDecoder:
             raise ValueError("one decoder per prefix")
         if not prefixes:
             return []
-        for dec in decoders:
-            if dec.params.max_tokens > self.emb.max_codes:
-                raise ValueError(
-                    f"max_tokens {dec.params.max_tokens} exceeds the {self.emb.max_codes} "
-                    "mel positions of this engine"
-                )
+        lines = LineRows(decoders, self.emb.max_codes)
         logits, kv = self._prefill(prefixes)
-        rows_per_line = [d.rows for d in decoders]
-        src = np.repeat(np.arange(len(prefixes)), rows_per_line)
-        if src.size != len(prefixes):  # every beam of a line starts from the line's prefill row
-            kv.select(src)
-            logits = logits[src]
-        offsets = np.concatenate([[0], np.cumsum(rows_per_line)[:-1]])
-        active = list(range(len(prefixes)))
+        if lines.src.size != len(prefixes):  # every beam of a line starts from the line's prefill row
+            kv.select(lines.src)
+            logits = logits[lines.src]
         step = 0
-        while active:
-            index, tokens, still = [], [], []
-            row = 0
-            for li in active:
-                dec = decoders[li]
-                parents, toks = dec.step(logits[offsets[li] : offsets[li] + dec.rows])
-                if not dec.done:
-                    index.append(offsets[li] + parents)
-                    tokens.append(toks)
-                    still.append(li)
-                    offsets[li] = row
-                    row += dec.rows
-            active = still
-            if not active:
-                break
-            kv.select(np.concatenate(index))
+        while (nxt := lines.step(logits)) is not None:
+            idx, tok = nxt
+            kv.select(idx)
             # the code generated at `step` is fed at mel position step + 2 (the original's quirk)
-            tok = np.concatenate(tokens)
             x = self.emb.mel(tok, np.full(tok.shape, step + 2))[:, None, :]
             ones = np.ones(tok.size, np.int64)
             logits, _ = self.trunk(x, kv, ones, 0 * ones)
