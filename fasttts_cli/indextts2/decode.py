@@ -125,6 +125,16 @@ class HostEmbeddings:
     def mel(self, codes: np.ndarray, positions: np.ndarray) -> np.ndarray:
         return self.mel_embedding[codes] + self.mel_pos[positions]
 
+    def latent_sequence(self, prefix: np.ndarray, codes: np.ndarray) -> np.ndarray:
+        """The latent pass's input for one line (spec §2.6.7): [prefix | start, c_0 .. c_{n-1}, stop] at
+        mel positions 0..n+1, (P + n + 2, D); the latent is the hidden state at rows -n-2 .. -3."""
+        c = np.asarray(codes, dtype=np.int64).reshape(-1)
+        if c.size + 2 > self.mel_pos.shape[0]:
+            raise ValueError(f"{c.size} codes exceed the engine's mel positions")
+        t = self.tokens
+        mel_ids = np.concatenate([[t.start_mel], c, [t.stop_mel]])
+        return np.concatenate([prefix, self.mel(mel_ids, np.arange(mel_ids.size))], axis=0)
+
 
 class GPTDecoder:
     """Drives the trunk Session: prefill, batched sampling loop, teacher-forced paths, latent pass."""
@@ -245,14 +255,7 @@ class GPTDecoder:
 
     def latents(self, prefixes: Sequence[np.ndarray], codes: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Teacher-forced second pass (spec §2.6.7), batched; returns per line (n_i, D)."""
-        t = self.emb.tokens
-        seqs = []
-        for p, c in zip(prefixes, codes, strict=True):
-            c = np.asarray(c, dtype=np.int64).reshape(-1)
-            if c.size + 2 > self.emb.mel_pos.shape[0]:
-                raise ValueError(f"{c.size} codes exceed the engine's mel positions")
-            mel_ids = np.concatenate([[t.start_mel], c, [t.stop_mel]])
-            seqs.append(np.concatenate([p, self.emb.mel(mel_ids, np.arange(mel_ids.size))], axis=0))
+        seqs = [self.emb.latent_sequence(p, c) for p, c in zip(prefixes, codes, strict=True)]
         if not seqs:
             return []
         tmax = max(s.shape[0] for s in seqs)

@@ -210,14 +210,10 @@ class InplaceGPTDecoder:
 
     def latents(self, prefixes: Sequence[np.ndarray], codes: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Teacher-forced second pass (spec §2.6.7), one line at a time in chunks; (n_i, D) per line."""
-        t = self.emb.tokens
         out = []
         for p, c in zip(prefixes, codes, strict=True):
             c = np.asarray(c, dtype=np.int64).reshape(-1)
-            if c.size + 2 > self.emb.mel_pos.shape[0]:
-                raise ValueError(f"{c.size} codes exceed the engine's mel positions")
-            mel_ids = np.concatenate([[t.start_mel], c, [t.stop_mel]])
-            seq = np.concatenate([p, self.emb.mel(mel_ids, np.arange(mel_ids.size))], axis=0)[None]
+            seq = self.emb.latent_sequence(p, c)[None]
             kv = KVBuffers(1, self.layers, self.heads, self.head_dim, seq.shape[1])
             hidden = []
             for s in range(0, seq.shape[1], self.chunk):
