@@ -23,6 +23,7 @@ class Pair:
     inplace: InplaceGPTDecoder
     emb: dec.HostEmbeddings
     n_latents: int
+    graph: object  # the in-place trunk's ONNX file
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +54,23 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Pair:
     b = decoder_for(OrtSession(inplace, opts), emb, layers=c.layers, heads=c.heads)
     assert isinstance(a, dec.GPTDecoder) and isinstance(b, InplaceGPTDecoder)
     b.headroom = 4  # the cache must grow several times within these short lines
-    return Pair(a, b, emb, c.spk_perceiver.num_latents)
+    return Pair(a, b, emb, c.spk_perceiver.num_latents, inplace)
+
+
+def test_trunk_uses_the_fused_ops(pair: Pair) -> None:
+    """One node per fused chain: packed QKV into the attention (no Slice), FastGelu with the c_fc bias,
+    SkipLayerNormalization for bias + residual + LayerNorm (two per block); the float graph keeps only
+    the c_attn and head bias Adds, which the weight-only quantizer folds into MatMulNBits."""
+    onnx = pytest.importorskip("onnx")
+    from fasttts_cli.build.quantize import count_ops
+
+    ops = count_ops(onnx.load(str(pair.graph)))
+    layers = pair.inplace.layers
+    assert ops["GroupQueryAttention"] == ops["FastGelu"] == layers
+    assert ops["SkipLayerNormalization"] == 2 * layers
+    assert ops["LayerNormalization"] == 2  # the first block's ln_1 and final_norm
+    assert "Slice" not in ops and "Tanh" not in ops
+    assert ops["Add"] <= layers + 2
 
 
 def _prefixes(p: Pair, lens: list[int], seed: int = 0) -> list[np.ndarray]:

@@ -137,17 +137,53 @@ def test_matmulnbits_on_small_graph(tmp_path: Path, precision: str, options: dic
     onnx.checker.check_model(model)
     ops = count_ops(model)
     assert ops["MatMulNBits"] == 2 and ops["MatMul"] == 1
+    assert "Add" not in ops  # b1 went into the first MatMulNBits as its bias input
     bits = 8 if precision == "int8" else 4
     for n in model.graph.node:
         if n.op_type == "MatMulNBits":
             attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
             assert attrs["bits"] == bits and attrs["block_size"] == options["block_size"]
             assert attrs["accuracy_level"] == options["accuracy_level"]
+            assert len(n.input) == (6 if n.input[0] == "x" else 3 + (not options.get("symmetric", False)))
+            if n.input[0] == "x":
+                assert n.input[5] == "b1" and n.output[0] == "h1"
     assert {t.name for t in model.graph.initializer}.isdisjoint({"W1", "W2"})  # float copies dropped
     x = rng.standard_normal((3, 7, K)).astype(np.float32)
     errs = compare_outputs(src, dst, {"x": x})
     assert errs["gram"] == 0.0  # untouched
     assert 0 < errs["y"] < tol, errs
+
+
+def test_bias_stays_an_add_where_it_cannot_fold(tmp_path: Path) -> None:
+    """The MatMul output read by a second node, or a bias that is not a vector of N floats: the Add
+    stays, and the quantized graph still computes the same function as the float one."""
+    rng = np.random.default_rng(3)
+    w = numpy_helper.from_array((rng.standard_normal((K, M)) / np.sqrt(K)).astype(np.float32), "W")
+    v = numpy_helper.from_array((rng.standard_normal((K, M)) / np.sqrt(K)).astype(np.float32), "V")
+    b = numpy_helper.from_array(rng.standard_normal(M).astype(np.float32), "b")
+    b2d = numpy_helper.from_array(rng.standard_normal((1, M)).astype(np.float32), "b2d")
+    nodes = [
+        helper.make_node("MatMul", ["x", "W"], ["h"]),
+        helper.make_node("Add", ["h", "b"], ["hb"]),
+        helper.make_node("Mul", ["h", "hb"], ["y"]),  # h has two readers
+        helper.make_node("MatMul", ["x", "V"], ["g"]),
+        helper.make_node("Add", ["b2d", "g"], ["z"]),  # a 2-D bias
+    ]
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "t", K])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["b", "t", M]) for n in ("y", "z")],
+        [w, v, b, b2d],
+    )
+    src, dst = tmp_path / "g.onnx", tmp_path / "g_q.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(src))
+    quantize_file(src, dst, QuantConfig(bits=8, accuracy_level=1))
+    ops = count_ops(dst)
+    assert ops["MatMulNBits"] == 2 and ops["Add"] == 2
+    assert all(len(n.input) <= 4 for n in onnx.load(str(dst)).graph.node if n.op_type == "MatMulNBits")
+    errs = compare_outputs(src, dst, {"x": rng.standard_normal((2, 5, K)).astype(np.float32)})
+    assert 0 < errs["y"] < 0.03 and 0 < errs["z"] < 0.03, errs
 
 
 def test_dynamic_int8(tmp_path: Path) -> None:

@@ -16,6 +16,12 @@ every position (the latent pass reads them).
 
 GroupQueryAttention is a contrib op of ONNX Runtime: TensorRT cannot parse it, so TensorRT and CUDA
 presets keep the classic trunk. Head size must be a multiple of 8 (the CPU kernel's rule).
+
+Since this graph is for ONNX Runtime only, it also uses the contrib ops that replace chains of small
+element-wise nodes (each a pass over the activations and a kernel launch: 20% of an int8 decode step at
+batch 1 went to them): GroupQueryAttention takes the packed QKV (no Slice nodes), FastGelu takes the
+c_fc bias, and SkipLayerNormalization does bias + residual add + the next LayerNorm in one node. The
+eager forward of each computes the same function in PyTorch, which export verification compares.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 # IO names (decode.py's names where they are the same)
@@ -36,7 +43,8 @@ class _GQA(torch.autograd.Function):
     exported: one GroupQueryAttention node."""
 
     @staticmethod
-    def forward(ctx, q, k, v, past_k, past_v, seqlens_k, total_len, heads: int):  # type: ignore[override]
+    def forward(ctx, qkv, past_k, past_v, seqlens_k, total_len, heads: int):  # type: ignore[override]
+        q, k, v = qkv.chunk(3, dim=-1)
         b, s, d = q.shape
         dh = d // heads
         total = torch.as_tensor(total_len).reshape(()).long()
@@ -67,12 +75,15 @@ class _GQA(torch.autograd.Function):
         return out, pk, pv
 
     @staticmethod
-    def symbolic(g, q, k, v, past_k, past_v, seqlens_k, total_len, heads: int):  # type: ignore[no-untyped-def]
+    def symbolic(g, qkv, past_k, past_v, seqlens_k, total_len, heads: int):  # type: ignore[no-untyped-def]
+        from torch.onnx import symbolic_helper
+
+        absent = symbolic_helper._optional_input_placeholder_tensor(g)
         return g.op(
             "com.microsoft::GroupQueryAttention",
-            q,
-            k,
-            v,
+            qkv,  # packed: key and value inputs left empty
+            absent,
+            absent,
             past_k,
             past_v,
             seqlens_k,
@@ -81,6 +92,39 @@ class _GQA(torch.autograd.Function):
             kv_num_heads_i=heads,
             outputs=3,
         )
+
+
+class _FastGelu(torch.autograd.Function):
+    """gelu_new (tanh form) of x + bias."""
+
+    @staticmethod
+    def forward(ctx, x, bias):  # type: ignore[override]
+        return F.gelu(x + bias, approximate="tanh")
+
+    @staticmethod
+    def symbolic(g, x, bias):  # type: ignore[no-untyped-def]
+        return g.op("com.microsoft::FastGelu", x, bias)
+
+
+class _SkipLayerNorm(torch.autograd.Function):
+    """(LayerNorm(x + skip + bias), x + skip + bias): the residual stream and the next block's input."""
+
+    @staticmethod
+    def forward(ctx, x, skip, gamma, beta, bias, eps: float):  # type: ignore[override]
+        total = x + skip + bias
+        return F.layer_norm(total, (total.shape[-1],), gamma, beta, eps), total
+
+    @staticmethod
+    def symbolic(g, x, skip, gamma, beta, bias, eps: float):  # type: ignore[no-untyped-def]
+        out = g.op(
+            "com.microsoft::SkipLayerNormalization", x, skip, gamma, beta, bias, epsilon_f=eps, outputs=4
+        )
+        return out[0], out[3]  # outputs 1, 2 (mean, inverse std) are training outputs, left unread
+
+
+def _matmul(x: torch.Tensor, conv: nn.Module) -> torch.Tensor:
+    """A Conv1D without its bias (the fused op that follows adds it)."""
+    return torch.matmul(x, conv.weight)
 
 
 class GqaTrunkGraph(nn.Module):
@@ -95,16 +139,24 @@ class GqaTrunkGraph(nn.Module):
         self.heads = int(uv.cfg.heads)
 
     def forward(self, inputs_embeds, seqlens_k, total_len, last_index, *past):
+        # GPT-2 blocks regrouped around the fused ops: x is the residual stream, h the LayerNorm of it
+        # that the next sub-block reads; each SkipLayerNorm closes one sub-block and opens the next.
+        blocks = list(self.uv.gpt.h)
         x = inputs_embeds
+        h = blocks[0].ln_1(x)
         present = []
-        for i, block in enumerate(self.uv.gpt.h):
-            attn = block.attn
-            q, k, v = attn.c_attn(block.ln_1(x)).chunk(3, dim=-1)
-            a, pk, pv = _GQA.apply(q, k, v, past[2 * i], past[2 * i + 1], seqlens_k, total_len, self.heads)
-            x = x + attn.c_proj(a)
-            x = x + block.mlp(block.ln_2(x))
+        for i, block in enumerate(blocks):
+            attn, mlp = block.attn, block.mlp
+            qkv = attn.c_attn(h)
+            a, pk, pv = _GQA.apply(qkv, past[2 * i], past[2 * i + 1], seqlens_k, total_len, self.heads)
+            h, x = _SkipLayerNorm.apply(
+                _matmul(a, attn.c_proj), x, block.ln_2.weight, block.ln_2.bias, attn.c_proj.bias, block.ln_2.eps
+            )
+            m = _FastGelu.apply(_matmul(h, mlp.c_fc), mlp.c_fc.bias)
+            ln = blocks[i + 1].ln_1 if i + 1 < len(blocks) else self.uv.gpt.ln_f
+            h, x = _SkipLayerNorm.apply(_matmul(m, mlp.c_proj), x, ln.weight, ln.bias, mlp.c_proj.bias, ln.eps)
             present += [pk, pv]
-        hidden = self.uv.final_norm(self.uv.gpt.ln_f(x))
+        hidden = self.uv.final_norm(h)
         rows = torch.arange(hidden.shape[0])
         # (B, 1, D) keeps the head a MatMul (a 2-D input exports as Gemm, which the weight-only
         # quantizer does not take: the head would stay fp32 in int8/int4 engines)

@@ -218,8 +218,12 @@ def quantize_matmul_nbits(model: Any, cfg: QuantConfig) -> QuantReport:
     inits = {t.name: t for t in g.initializer}
     report = QuantReport("matmulnbits", cfg.bits, cfg.block_size, cfg.accuracy_level)
     packed: dict[str, list[str]] = {}  # weight name -> names of its packed inputs (shared weights)
+    biases = _bias_adds(g, inits)
+    folded: set[int] = set()  # id() of Add nodes whose bias went into a MatMulNBits
     new_nodes = []
     for node in g.node:
+        if id(node) in folded:
+            continue
         w = inits.get(node.input[1]) if node.op_type == "MatMul" and len(node.input) == 2 else None
         if w is None:
             if node.op_type == "MatMul":
@@ -252,11 +256,18 @@ def quantize_matmul_nbits(model: Any, cfg: QuantConfig) -> QuantReport:
                 p.blob.nbytes + p.scales.nbytes + (p.zero_points.nbytes if p.zero_points is not None else 0)
             )
         k, n = arr.shape
+        inputs, outputs = [node.input[0], *packed[w.name]], list(node.output)
+        add = biases.get(node.output[0])
+        if add is not None and _bias_len(add[1], inits) == n:
+            # the op's optional bias (input 5) saves the separate Add node and its pass over the output
+            inputs = [*inputs, *[""] * (5 - len(inputs)), add[1]]  # zero points, g_idx may be absent
+            outputs = list(add[0].output)
+            folded.add(id(add[0]))
         new_nodes.append(
             helper.make_node(
                 "MatMulNBits",
-                [node.input[0], *packed[w.name]],
-                list(node.output),
+                inputs,
+                outputs,
                 name=(node.name or node.output[0]) + "_MatMulNBits",
                 domain=MS_DOMAIN,
                 K=int(k),
@@ -275,6 +286,35 @@ def quantize_matmul_nbits(model: Any, cfg: QuantConfig) -> QuantReport:
     g.initializer.extend(keep)
     _ensure_ms_opset(model)
     return report
+
+
+def _bias_adds(g: Any, inits: Mapping[str, Any]) -> dict[str, tuple[Any, str]]:
+    """MatMul output name -> (its only consumer, an Add of a constant vector; that vector's name)."""
+    consumers: dict[str, list[Any]] = {}
+    for nd in g.node:
+        for i in nd.input:
+            consumers.setdefault(i, []).append(nd)
+    graph_outputs = {o.name for o in g.output}
+    out: dict[str, tuple[Any, str]] = {}
+    for nd in g.node:
+        if nd.op_type != "MatMul" or nd.output[0] in graph_outputs:
+            continue
+        users = consumers.get(nd.output[0], [])
+        if len(users) != 1 or users[0].op_type != "Add" or len(users[0].input) != 2:
+            continue
+        add = users[0]
+        other = add.input[1] if add.input[0] == nd.output[0] else add.input[0]
+        if other in inits:
+            out[nd.output[0]] = (add, other)
+    return out
+
+
+def _bias_len(name: str, inits: Mapping[str, Any]) -> int:
+    """Length of a 1-D float32 initializer (-1 for anything else: not a bias MatMulNBits can take)."""
+    t = inits[name]
+    from onnx import TensorProto
+
+    return int(t.dims[0]) if len(t.dims) == 1 and t.data_type == TensorProto.FLOAT else -1
 
 
 def quantize_file(src: Path | str, dst: Path | str, cfg: QuantConfig) -> QuantReport:
