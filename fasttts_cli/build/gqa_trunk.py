@@ -127,6 +127,12 @@ def _matmul(x: torch.Tensor, conv: nn.Module) -> torch.Tensor:
     return torch.matmul(x, conv.weight)
 
 
+def _skip_ln(
+    x: torch.Tensor, skip: torch.Tensor, ln: nn.LayerNorm, bias: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return _SkipLayerNorm.apply(x, skip, ln.weight, ln.bias, bias, ln.eps)
+
+
 class GqaTrunkGraph(nn.Module):
     """forward(inputs_embeds (B,S,D), seqlens_k (B,) int32, total_sequence_length () int32,
     last_index (B,) int64, k_0, v_0, ..., k_{L-1}, v_{L-1} (B,H,P,Dh))
@@ -149,12 +155,10 @@ class GqaTrunkGraph(nn.Module):
             attn, mlp = block.attn, block.mlp
             qkv = attn.c_attn(h)
             a, pk, pv = _GQA.apply(qkv, past[2 * i], past[2 * i + 1], seqlens_k, total_len, self.heads)
-            h, x = _SkipLayerNorm.apply(
-                _matmul(a, attn.c_proj), x, block.ln_2.weight, block.ln_2.bias, attn.c_proj.bias, block.ln_2.eps
-            )
+            h, x = _skip_ln(_matmul(a, attn.c_proj), x, block.ln_2, attn.c_proj.bias)
             m = _FastGelu.apply(_matmul(h, mlp.c_fc), mlp.c_fc.bias)
             ln = blocks[i + 1].ln_1 if i + 1 < len(blocks) else self.uv.gpt.ln_f
-            h, x = _SkipLayerNorm.apply(_matmul(m, mlp.c_proj), x, ln.weight, ln.bias, mlp.c_proj.bias, ln.eps)
+            h, x = _skip_ln(_matmul(m, mlp.c_proj), x, ln, mlp.c_proj.bias)
             present += [pk, pv]
         hidden = self.uv.final_norm(h)
         rows = torch.arange(hidden.shape[0])
