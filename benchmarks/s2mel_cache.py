@@ -60,7 +60,7 @@ def bench_size(name: str, args: argparse.Namespace, out_dir: Path) -> dict:
     cal_frames = args.cal_frames_tiny if name == "tiny" else args.cal_frames_full
     n_cal = args.cal_lines_tiny if name == "tiny" else args.cal_lines_full
     rows = [line(rng, cal_frames, cal_frames * 5 // 8, cfg.content_dim, cfg.style_dim) for _ in range(n_cal)]
-    levels = [lv for lv in LEVELS if lv != "T0"]
+    levels = [lv for lv in args.levels.split(",") if lv != "T0"]
     t0 = time.perf_counter()
     ps, reports = calibrate_ort(
         pieces,
@@ -92,16 +92,22 @@ def bench_size(name: str, args: argparse.Namespace, out_dir: Path) -> dict:
         z,
     )
     keep = po.prepare(*feed, np.linspace(0, 1, 2).astype(np.float32))[0].keep
+    timed = ["T0", *levels]
+    po.solve(pieces, *feed, 2, plan=None)  # warm-up (session arenas)
+    # Round-robin repeats, median per level: this machine's speed drifts by tens of percent within
+    # minutes, so levels timed one after another in one block each would compare different machines.
+    secs: dict[str, list[float]] = {lv: [] for lv in timed}
+    outs: dict[str, np.ndarray] = {}
+    for _ in range(args.repeats):
+        for lv in timed:
+            t0 = time.perf_counter()
+            outs[lv] = po.solve(pieces, *feed, args.steps, plan=None if lv == "T0" else ps.levels[lv])
+            secs[lv].append(time.perf_counter() - t0)
     results = []
-    ref = None
-    for lv in LEVELS:
+    ref = outs["T0"]
+    for lv in timed:
         pol = None if lv == "T0" else ps.levels[lv]
-        po.solve(pieces, *feed, 2, plan=None)  # warm-up (session arenas)
-        t0 = time.perf_counter()
-        x = po.solve(pieces, *feed, args.steps, plan=pol)
-        sec = time.perf_counter() - t0
-        if ref is None:
-            ref = x
+        x, sec = outs[lv], float(np.median(secs[lv]))
         gen = ref[0][:, keep[0, 0] > 0]
         mae = float(np.abs(x - ref)[0][:, keep[0, 0] > 0].mean())
         results.append(
@@ -174,6 +180,8 @@ def main() -> None:
     ap.add_argument("--cal-lines-full", type=int, default=1)
     ap.add_argument("--cal-frames-full", type=int, default=12)
     ap.add_argument("--max-trials-full", type=int, default=32, help="calibration trials per pass (full size)")
+    ap.add_argument("--levels", default=",".join(LEVELS), help="levels to calibrate and time (T0 always)")
+    ap.add_argument("--repeats", type=int, default=1, help="timed runs per level, round-robin (median)")
     ap.add_argument("--json", type=Path)
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
