@@ -290,13 +290,24 @@ def _bench_batch(
         row["generate_s"][k] = tn
     codes = [d.codes for d in dec]
     t_lat, lat = _timed(lambda: e.latent(pre, codes))
-    t_content, (cnd, ylens) = _timed(lambda: e.s2mel_content(lat, codes))
-    inp = e.cfm_inputs([cond] * b, cnd, ylens)
-    t_len = int(inp.x_lens.max())
-    z = np.stack([e.cfm_noise(noise_generator(i, 0), t_len) for i in range(b)])
-    t_cfm, x = _timed(lambda: e.cfm(inp, z, opts.s2mel_steps_timed, e.preset.s2mel.cfg_rate))
-    mels = [x[i, :, int(inp.prompt_lens[i]) : int(inp.x_lens[i])] for i in range(b)]
-    t_voc, wavs = _timed(lambda: e.vocode(mels))
+    # s2mel and the vocoder in the engine's grouping (codes_to_wavs: s2mel.rows_per_call lines a call)
+    t_content = t_cfm = t_voc = 0.0
+    t_len, wavs = 0, []
+    size = e.s2mel_rows(b)
+    for lo in range(0, b, size):
+        rows = range(lo, min(b, lo + size))
+        dt, (cnd, ylens) = _timed(lambda r=rows: e.s2mel_content([lat[i] for i in r], [codes[i] for i in r]))
+        t_content += dt
+        inp = e.cfm_inputs([cond] * len(rows), cnd, ylens)
+        n = int(inp.x_lens.max())
+        t_len = max(t_len, n)
+        z = np.stack([e.cfm_noise(noise_generator(i, 0), n) for i in rows])
+        dt, x = _timed(lambda i=inp, z=z: e.cfm(i, z, opts.s2mel_steps_timed, e.preset.s2mel.cfg_rate))
+        t_cfm += dt
+        mels = [x[j, :, int(inp.prompt_lens[j]) : int(inp.x_lens[j])] for j in range(len(rows))]
+        dt, w = _timed(lambda m=mels: e.vocode(m))
+        t_voc += dt
+        wavs += w
     step_s = t_cfm / opts.s2mel_steps_timed
     row.update(
         latent_s=t_lat,

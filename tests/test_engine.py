@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -156,8 +157,22 @@ def test_deterministic_stages_batched_equal_single(
     lat_b = e.latent(prefixes, codes)
     cond_b, ylens_b = e.s2mel_content(lat_b, codes)
     np.testing.assert_array_equal(ylens_b, [frames_for(c.size) for c in codes])
-    noise = [noise_generator(i, 0) for i in range(3)]
-    wav_b = e.codes_to_wavs(vs, prefixes, codes, noise, steps=3)
+    preset = e.preset
+    wav_by: dict[int, list[np.ndarray]] = {}
+    try:
+        # 0: one s2mel/vocoder call for the batch (rows padded); 2: two calls; 1 (the CPU presets): three
+        for rows in (0, 2, 1):
+            e.preset = replace(preset, s2mel=replace(preset.s2mel, rows_per_call=rows))
+            before = e.times.calls.get("vocoder", 0)
+            noise = [noise_generator(i, 0) for i in range(3)]
+            wav_by[rows] = e.codes_to_wavs(vs, prefixes, codes, noise, steps=3)
+            assert e.times.calls["vocoder"] - before == {0: 1, 2: 2, 1: 3}[rows]
+    finally:
+        e.preset = preset
+    for rows in (2, 1):
+        for a, b in zip(wav_by[0], wav_by[rows], strict=True):
+            np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
+    wav_b = wav_by[0]
     for i in range(3):
         (lat_1,) = e.latent([prefixes[i]], [codes[i]])
         np.testing.assert_allclose(lat_b[i], lat_1, rtol=0, atol=1e-5)

@@ -226,3 +226,15 @@ def test_detect_runs_here_without_side_effects() -> None:
     assert st.onnxruntime is not None and "CPUExecutionProvider" in st.ort_providers
     assert st.torch_cuda is None  # torch not probed unless asked
     assert isinstance(st.to_json()["gpus"], list)
+
+
+def test_s2mel_rows_per_call(tmp_path: Path) -> None:
+    """CPU presets run s2mel and the vocoder one line at a time; GPU presets keep the whole batch; a
+    negative value names the file and key."""
+    assert all(load_preset(n).s2mel.rows_per_call == 1 for n in ("cpu-fp32", "cpu-int8", "cpu-int4"))
+    assert all(load_preset(n).s2mel.rows_per_call == 0 for n in ("fp16", "w8a16", "w4a16"))
+    path = tmp_path / "mine.toml"
+    path.write_text('name = "mine"\n[s2mel]\nrows_per_call = -1\n', encoding="utf-8")
+    with pytest.raises(InputError) as ei:
+        parse_preset(path)
+    assert str(path) in str(ei.value) and "s2mel.rows_per_call = -1" in str(ei.value)

@@ -693,8 +693,36 @@ class IndexTTS2Engine:
         cache_level: str | None = None,
     ) -> list[np.ndarray]:
         """Latent pass, s2mel and vocoder for a batch of rows (each with >= 1 code). `noises[b]`: the
-        CFM start noise (n_mels, Tm_b + Tg_b), or a generator to draw it from."""
+        CFM start noise (n_mels, Tm_b + Tg_b), or a generator to draw it from. The latent pass runs
+        the whole batch; s2mel and the vocoder take `s2mel_rows` lines per call (every stage is per
+        row, so the grouping changes only the time)."""
         lat = self.latent(prefixes, codes)
+        n = len(voices)
+        size = self.s2mel_rows(n)
+        wavs: list[np.ndarray] = []
+        for lo in range(0, n, size):
+            part = slice(lo, lo + size)
+            wavs += self._mels_to_wavs(
+                voices[part], lat[part], codes[part], noises[part], steps, cfg_rate, schedule, cache_level
+            )
+        return wavs
+
+    def s2mel_rows(self, n: int) -> int:
+        """Lines per s2mel/vocoder call for a batch of n (the preset's s2mel.rows_per_call; 0 = all)."""
+        size = int(self.preset.s2mel.rows_per_call)
+        return max(1, n if size <= 0 else min(size, n))
+
+    def _mels_to_wavs(
+        self,
+        voices: Sequence[VoiceConditioning],
+        lat: Sequence[np.ndarray],
+        codes: Sequence[np.ndarray],
+        noises: Sequence[np.ndarray | np.random.Generator],
+        steps: int,
+        cfg_rate: float,
+        schedule: str,
+        cache_level: str | None,
+    ) -> list[np.ndarray]:
         cond, ylens = self.s2mel_content(lat, codes)
         inp = self.cfm_inputs(voices, cond, ylens)
         t_len = int(inp.x_lens.max())
