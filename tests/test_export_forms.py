@@ -95,6 +95,62 @@ def test_dit_attention_additive_mask_equals_bool_mask() -> None:
     assert torch.allclose(got, want, atol=1e-6)
 
 
+@pytest.mark.parametrize("mask_rows", [2, 1])
+def test_dit_attention_as_ort_contrib_ops_equals_standard_export(tmp_path, mask_rows: int) -> None:
+    """The DiT attention exported with ONNX Runtime's RotaryEmbedding (CPU engines, pieces) gives
+    what the standard export and the eager module give, with a per-row or a shared key mask; the flag
+    changes nothing outside an export."""
+    from types import SimpleNamespace
+
+    onnx = pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    from fasttts_cli.build.dit import Attention, rope_table, use_ort_attention
+    from fasttts_cli.build.quantize import count_ops
+
+    class Wrap(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.attn = Attention(SimpleNamespace(hidden_dim=32, num_heads=4, head_dim=8))  # type: ignore[arg-type]
+
+        def forward(self, x, x_lens):
+            t = x.shape[1]
+            key_mask = (torch.arange(t)[None, :] < x_lens[:, None])[:, None, None, :]
+            return self.attn(x, rope_table(t, 8, 10000.0, x.device), key_mask)
+
+    g = torch.Generator().manual_seed(3)
+    w = Wrap().eval()
+    x = torch.randn(2, 11, 32, generator=g)
+    lens = torch.tensor([11, 7])[:mask_rows]
+    want = w(x, lens)
+    paths = {}
+    for on in (False, True):
+        use_ort_attention(w, on)
+        assert torch.equal(w(x, lens), want)  # eager: the flag matters only while exporting
+        paths[on] = tmp_path / f"attn_{on}.onnx"
+        with torch.no_grad():
+            torch.onnx.export(
+                w,
+                (x, lens),
+                str(paths[on]),
+                input_names=["x", "x_lens"],
+                output_names=["y"],
+                dynamic_axes={"x": {0: "b", 1: "t"}, "x_lens": {0: "r"}},
+                opset_version=17,
+                dynamo=False,
+            )
+    ops = count_ops(onnx.load(str(paths[True])))
+    std = count_ops(onnx.load(str(paths[False])))
+    assert ops["RotaryEmbedding"] == 2 and "RotaryEmbedding" not in std
+    assert std["Mul"] >= ops.get("Mul", 0) + 7  # the products of each rotation are gone
+    for n in (11, 5):  # the time axis is dynamic in both forms
+        xn, ln = x[:, :n], torch.clamp(lens, max=n)
+        ref = w(xn, ln).detach().numpy()
+        for on, path in paths.items():
+            s = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+            got = s.run(None, {"x": xn.numpy(), "x_lens": ln.numpy()})[0]
+            assert abs(got - ref).max() < 1e-5, (on, n)
+
+
 @pytest.mark.parametrize("dilation", [1, 2])
 def test_unfolded_wavenet_conv_equals_plain_conv(dilation: int) -> None:
     from fasttts_cli.build.wavenet import SConv1d
@@ -156,3 +212,15 @@ def _head_inputs(dit, args):
         if i in set(dit.skip_plan.values()):
             skips[i] = h
     return h, inp, args[3]
+
+
+def test_contrib_op_forms_only_for_onnxruntime_cpu_graphs() -> None:
+    """TensorRT cannot parse contrib ops and the CUDA graphs go through the fp16 converter: only CPU
+    presets' DiT graphs (and the s2mel pieces, always run on the CPU provider) take them."""
+    from fasttts_cli.build.export import ort_contrib_fits
+    from fasttts_cli.presets import load_preset
+
+    assert ort_contrib_fits(load_preset("cpu-fp32").components["dit"])
+    assert ort_contrib_fits(load_preset("cpu-int8").components["dit"])
+    for name in ("fp16", "w8a16", "w4a16"):
+        assert not ort_contrib_fits(load_preset(name).components["dit"]), name

@@ -219,9 +219,20 @@ def inplace_trunk_fits(uv: nn.Module, comp: ComponentSpec | None) -> bool:
     return backend == "onnxruntime-cpu" and uv.cfg.head_dim % 8 == 0
 
 
+def ort_contrib_fits(comp: ComponentSpec | None) -> bool:
+    """ONNX Runtime's contrib ops (the DiT's RotaryEmbedding) only where the graph runs on ONNX Runtime's
+    CPU provider: TensorRT cannot parse them, and CUDA graphs go through the fp16 converter, which knows
+    only standard ops."""
+    return (comp or ComponentSpec()).backend == "onnxruntime-cpu"
+
+
 def engine_specs(m: IndexTTS2Modules, preset: Preset) -> list[GraphSpec]:
     """The graphs `build_engine` exports for `preset`: `graph_specs`, with the in-place trunk where it
-    fits (`inplace_trunk_fits`)."""
+    fits (`inplace_trunk_fits`) and the DiT's attention as contrib ops where they fit (`ort_contrib_fits`;
+    this sets a flag on the DiT's modules that the export reads)."""
+    from fasttts_cli.build.dit import use_ort_attention
+
+    use_ort_attention(m.s2mel, ort_contrib_fits(preset.components.get("dit")))
     specs = graph_specs(m)
     if inplace_trunk_fits(m.gpt, preset.components.get("gpt")):
         specs = [inplace_trunk_spec(m.gpt) if sp.name == "gpt_trunk" else sp for sp in specs]

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fasttts_cli.build.dit import DiT, DiTInputs, rope_table
+from fasttts_cli.build.dit import Attention, DiT, DiTInputs, rope_table, use_ort_attention
 from fasttts_cli.engine_folder import file_sha256
 from fasttts_cli.s2mel_cache.piecewise_ort import FORMAT_VERSION, INDEX, PIECES_DIR
 from fasttts_cli.s2mel_cache.piecewise_torch import DIAGONAL_BAND, attention_probs, diagonal_mass
@@ -189,6 +189,8 @@ def export_pieces(dit: DiT, out_dir: Path | str, *, verify: bool = True, seed: i
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     dit = dit.eval()
     files: dict[str, dict[str, Any]] = {}
+    was = [m.ort_contrib for m in dit.modules() if isinstance(m, Attention)]
+    use_ort_attention(dit)  # the pieces run only on ONNX Runtime's CPU provider
     try:
         g = torch.Generator().manual_seed(seed)
         with torch.no_grad(), warnings.catch_warnings():
@@ -250,6 +252,9 @@ def export_pieces(dit: DiT, out_dir: Path | str, *, verify: bool = True, seed: i
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    finally:
+        for m, on in zip((m for m in dit.modules() if isinstance(m, Attention)), was, strict=True):
+            m.ort_contrib = on
     return out / INDEX
 
 
