@@ -228,7 +228,7 @@ def ort_contrib_fits(comp: ComponentSpec | None) -> bool:
 
 def engine_specs(m: IndexTTS2Modules, preset: Preset) -> list[GraphSpec]:
     """The graphs `build_engine` exports for `preset`: `graph_specs`, with the in-place trunk where it
-    fits (`inplace_trunk_fits`) and the DiT's attention as contrib ops where they fit (`ort_contrib_fits`;
+    fits (`inplace_trunk_fits`) and the DiT's RoPE as a contrib op where it fits (`ort_contrib_fits`;
     this sets a flag on the DiT's modules that the export reads)."""
     from fasttts_cli.build.dit import use_ort_attention
 

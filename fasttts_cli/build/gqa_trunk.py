@@ -18,10 +18,10 @@ GroupQueryAttention is a contrib op of ONNX Runtime: TensorRT cannot parse it, s
 presets keep the classic trunk. Head size must be a multiple of 8 (the CPU kernel's rule).
 
 Since this graph is for ONNX Runtime only, it also uses the contrib ops that replace chains of small
-element-wise nodes (each a pass over the activations and a kernel launch: 20% of an int8 decode step at
-batch 1 went to them): GroupQueryAttention takes the packed QKV (no Slice nodes), FastGelu takes the
-c_fc bias, and SkipLayerNormalization does bias + residual add + the next LayerNorm in one node. The
-eager forward of each computes the same function in PyTorch, which export verification compares.
+element-wise nodes: GroupQueryAttention takes the packed QKV (no Slice nodes), FastGelu takes the c_fc
+bias, and SkipLayerNormalization does bias + residual add + the next LayerNorm in one node (1085 nodes
+become 244 in an int8 trunk; a decode step measured 0-4% faster). The eager forward of each computes the
+same function in PyTorch, which export verification compares.
 """
 
 from __future__ import annotations
