@@ -112,16 +112,32 @@ def check_preset_matches(
 ) -> None:
     """A run-time preset may change run-time keys only; build-time keys must equal the engine's."""
     if build_keys != manifest.preset_build_keys:
-        diff = [
-            k
-            for k in sorted(set(build_keys) | set(manifest.preset_build_keys))
-            if build_keys.get(k) != manifest.preset_build_keys.get(k)
-        ]
+        diff = _differing_keys(build_keys, manifest.preset_build_keys)
+        hint = f"use --preset {manifest.preset} or rebuild the engine with --preset {preset_name}"
+        if preset_name == manifest.preset:  # same name: the preset file changed since the build
+            hint = (
+                f"preset {preset_name!r} changed since this engine was built (an upgrade?): rebuild it with "
+                f"`fasttts build --checkpoint DIR --preset {preset_name}`"
+            )
         raise EngineMismatchError(
             f"{folder}: engine was built with preset {manifest.preset!r}; preset {preset_name!r} differs in "
             f"build-time keys: {', '.join(diff)}",
-            hint=f"use --preset {manifest.preset} or rebuild the engine with --preset {preset_name}",
+            hint=hint,
         )
+
+
+def _differing_keys(a: dict[str, Any], b: dict[str, Any], prefix: str = "", depth: int = 2) -> list[str]:
+    """Dotted keys whose values differ, down to `depth` levels (components.dit, limits.max_batch)."""
+    out = []
+    for k in sorted(set(a) | set(b)):
+        va, vb = a.get(k), b.get(k)
+        if va == vb:
+            continue
+        if depth > 1 and isinstance(va, dict) and isinstance(vb, dict):
+            out += _differing_keys(va, vb, f"{prefix}{k}.", depth - 1)
+        else:
+            out.append(prefix + k)
+    return out
 
 
 def file_sha256(*paths: Path | str) -> str:

@@ -32,9 +32,13 @@ BACKEND_PRECISIONS: dict[str, tuple[str, ...]] = {
     "tensorrt-llm": ("fp32", "fp16", "bf16", "w8a16", "w4a16"),
     "torch": ("fp32", "fp16", "bf16"),
 }
-# Weight-only quantization only where weight reads dominate (spec: BigVGAN and the DiT stay fp32 until
-# measured safe; the codec/CAMPPlus are tiny and feed integer codes / speaker style).
-QUANTIZABLE = ("gpt", "w2v_bert", "conditioners")
+# Integer weights only where measured safe: the GPT, w2v-BERT, the conditioners and (dynamic int8 only)
+# the DiT, whose full-size 25-step mel moved 0.19% of its range. BigVGAN stays fp32: dynamic int8 ran
+# 3x slower there (ConvInteger) at 13.8 dB SNR. The codec and CAMPPlus are tiny and feed integer codes
+# and the speaker style.
+QUANTIZABLE = ("gpt", "w2v_bert", "conditioners", "dit")
+# Components whose int8 must be the dynamic method (MatMulNBits was not measured there).
+DYNAMIC_ONLY = ("dit",)
 TRTLLM_COMPONENTS = ("gpt",)
 BLOCK_SIZES = (16, 32, 64, 128, 256)
 ACCURACY_LEVELS = (0, 1, 2, 3, 4)
@@ -293,6 +297,18 @@ def check_preset(preset: Preset) -> None:
                     hint=f"allowed: {', '.join(allowed) or '(none)'}",
                 )
             _check_option(preset, comp, key, value, allowed[key])
+        if (
+            comp in DYNAMIC_ONLY
+            and spec.precision in ("int8", "int4")
+            and spec.options.get("method") != "dynamic"
+        ):
+            raise InputError(
+                where,
+                f"components.{comp}.precision = {spec.precision!r} needs method = 'dynamic' "
+                "(int8 weights and activations; the only integer form measured for it)",
+                hint=f"set components.{comp} = {{ ..., precision = 'int8', method = 'dynamic', "
+                "per_channel = true }, or precision = 'fp32'",
+            )
         if spec.options.get("method") == "dynamic" and spec.precision != "int8":
             raise InputError(
                 where,

@@ -182,6 +182,15 @@ def parse_preset(path: Path) -> Preset:
         raise InputError(
             path, f"s2mel.rows_per_call = {s2.rows_per_call}", hint="allowed: 0 (the whole batch) or more"
         )
+    dit = comps.get("dit")
+    if dit is not None and dit.precision in ("int8", "int4") and s2.rows_per_call != 1:
+        # Dynamic int8 scales the activations once per call: lines sharing a call would change
+        # each other's audio.
+        raise InputError(
+            path,
+            f"s2mel.rows_per_call = {s2.rows_per_call} with components.dit.precision = {dit.precision!r}",
+            hint="an integer DiT needs rows_per_call = 1 (one line per call), or make the DiT fp32",
+        )
     dec = _section(path, data, "decode", DecodeOptions)
     if dec.beams < 1:
         raise InputError(path, f"decode.beams must be >= 1, got {dec.beams}")

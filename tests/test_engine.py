@@ -328,8 +328,10 @@ def test_runtime_preset_may_change_run_keys_only(tiny_engine_dir: Path) -> None:
 
     from fasttts_cli.presets import Limits
 
-    with pytest.raises(EngineMismatchError, match="build-time keys: limits"):
+    with pytest.raises(EngineMismatchError, match=r"build-time keys: limits\.max_batch") as ei:
         IndexTTS2Engine.load(tiny_engine_dir, replace(p, limits=Limits(max_batch=2)))
+    # same preset name, different keys: the preset file changed since the build
+    assert "changed since this engine was built" in (ei.value.hint or "")
 
 
 def test_session_io_mismatch_is_named(tiny_engine_dir: Path, tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from fasttts_cli import gpu_stack
 from fasttts_cli.errors import InputError
 from fasttts_cli.presets import available_presets, load_preset, parse_preset
 
+DIT_INT8 = 'dit = { backend = "onnxruntime-cpu", precision = "int8", method = "dynamic", per_channel = true }'
 SHIPPED = ("cpu-fp32", "cpu-int8", "cpu-int4", "fp16", "w8a16", "w4a16")
 
 NO_GPU = gpu_stack.GpuStack(
@@ -52,9 +53,13 @@ def test_shipped_preset_parses_and_validates(name: str) -> None:
         "vocoder",
     }
     gpu_stack.check_preset(p)
-    # BigVGAN and the DiT are never quantized; BigVGAN never leaves fp32.
+    # BigVGAN never leaves fp32; an integer DiT is dynamic int8 and takes one line per call.
     assert p.components["vocoder"].precision == "fp32"
-    assert p.components["dit"].precision in ("fp32", "fp16")
+    dit = p.components["dit"]
+    assert dit.precision in ("fp32", "fp16", "int8")
+    if dit.precision == "int8":
+        assert dit.options == {"method": "dynamic", "per_channel": True}
+        assert p.s2mel.rows_per_call == 1
 
 
 def test_cpu_quant_presets_state_block_and_accuracy_level() -> None:
@@ -150,13 +155,33 @@ def test_quantizing_vocoder_or_trtllm_elsewhere_is_refused(tmp_path: Path) -> No
     path.write_text(bad, encoding="utf-8")
     with pytest.raises(InputError, match=r"components\.vocoder\.precision = 'int8'"):
         gpu_stack.check_preset(parse_preset(path))
-    bad2 = text.replace(
-        'dit = { backend = "onnxruntime-cpu", precision = "fp32" }',
-        'dit = { backend = "tensorrt-llm", precision = "fp16" }',
-    )
+    dit_line = DIT_INT8
+    assert dit_line in text
+    bad2 = text.replace(dit_line, 'dit = { backend = "tensorrt-llm", precision = "fp16" }')
     path.write_text(bad2, encoding="utf-8")
     with pytest.raises(InputError, match=r"only the GPT runs on TensorRT-LLM"):
         gpu_stack.check_preset(parse_preset(path))
+
+
+def test_integer_dit_needs_dynamic_int8_and_one_line_per_call(tmp_path: Path) -> None:
+    text = Path(available_presets()["cpu-int8"]).read_text(encoding="utf-8")
+    dit_line = DIT_INT8
+    path = tmp_path / "d.toml"
+    path.write_text(
+        text.replace(dit_line, 'dit = { backend = "onnxruntime-cpu", precision = "int8", block_size = 128 }'),
+        encoding="utf-8",
+    )
+    with pytest.raises(InputError) as ei:
+        gpu_stack.check_preset(parse_preset(path))
+    assert str(path) in str(ei.value) and "components.dit" in str(ei.value) and "dynamic" in str(ei.value)
+    # the parser refuses batching lines into one integer-DiT call: they would change each other's audio
+    path.write_text(text.replace("rows_per_call = 1", "rows_per_call = 0"), encoding="utf-8")
+    with pytest.raises(InputError) as ei:
+        parse_preset(path)
+    assert str(path) in str(ei.value) and "s2mel.rows_per_call = 0" in str(ei.value)
+    fp32_dit = text.replace(dit_line, 'dit = { backend = "onnxruntime-cpu", precision = "fp32" }')
+    path.write_text(fp32_dit.replace("rows_per_call = 1", "rows_per_call = 0"), encoding="utf-8")
+    gpu_stack.check_preset(parse_preset(path))
 
 
 def test_unknown_precision_is_rejected_by_the_parser(tmp_path: Path) -> None:

@@ -708,8 +708,13 @@ class IndexTTS2Engine:
         return wavs
 
     def s2mel_rows(self, n: int) -> int:
-        """Lines per s2mel/vocoder call for a batch of n (the preset's s2mel.rows_per_call; 0 = all)."""
+        """Lines per s2mel/vocoder call for a batch of n (the preset's s2mel.rows_per_call; 0 = all).
+        An integer DiT always takes one line per call: it scales activations once per call, so
+        batch-mates would change each other's audio."""
         size = int(self.preset.s2mel.rows_per_call)
+        dit = self.manifest.components.get(DIT_CFG_STEP)
+        if dit is not None and dit.precision in ("int8", "int4"):
+            size = 1
         return max(1, n if size <= 0 else min(size, n))
 
     def _mels_to_wavs(

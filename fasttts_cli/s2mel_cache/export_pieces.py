@@ -31,6 +31,7 @@ from torch import nn
 
 from fasttts_cli.build.dit import Attention, DiT, DiTInputs, rope_table, use_ort_attention
 from fasttts_cli.engine_folder import file_sha256
+from fasttts_cli.presets import ComponentSpec
 from fasttts_cli.s2mel_cache.piecewise_ort import FORMAT_VERSION, INDEX, PIECES_DIR
 from fasttts_cli.s2mel_cache.piecewise_torch import DIAGONAL_BAND, attention_probs, diagonal_mass
 
@@ -180,9 +181,22 @@ def _rel(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.linalg.norm(a64 - b64) / (nb if nb > 0 else 1.0))
 
 
-def export_pieces(dit: DiT, out_dir: Path | str, *, verify: bool = True, seed: int = 0) -> Path:
-    """Export every piece of `dit` into `out_dir` (created; replaced atomically); returns the index path."""
+def export_pieces(
+    dit: DiT,
+    out_dir: Path | str,
+    *,
+    verify: bool = True,
+    seed: int = 0,
+    precision: ComponentSpec | None = None,
+) -> Path:
+    """Export every piece of `dit` into `out_dir` (created; replaced atomically); returns the index path.
+
+    `precision`: the engine's DiT spec. An integer DiT gets integer pieces too (after the fp32 check
+    against PyTorch), so the cached path runs the same arithmetic as the engine's single graph. The
+    calibration-only `diag_*` graphs stay fp32: they only rank attention maps."""
     import onnxruntime as ort
+
+    from fasttts_cli.build.quantize import apply_precision
 
     out = Path(out_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -230,7 +244,15 @@ def export_pieces(dit: DiT, out_dir: Path | str, *, verify: bool = True, seed: i
                                 raise RuntimeError(
                                     f"s2mel piece {name} output {o}: rel error {err:.2e} at ({n}, {t})"
                                 )
+                quant = None
+                if (
+                    precision is not None
+                    and precision.precision in ("int8", "int4")  # the pieces run on the CPU provider
+                    and not name.startswith("diag_")
+                ):
+                    quant = apply_precision(path, path, precision)
                 files[name] = {
+                    "precision": "fp32" if quant is None else precision.precision,  # type: ignore[union-attr]
                     "file": path.name,
                     "inputs": ins,
                     "outputs": outs,
@@ -272,7 +294,9 @@ def export_pieces_into_engine(engine_dir: Path | str, dit: DiT) -> Path:
 
     folder = Path(engine_dir)
     manifest = read_manifest(folder)
-    index = export_pieces(dit, folder / PIECES_DIR)
+    spec = (manifest.preset_build_keys.get("components") or {}).get("dit")
+    precision = None if spec is None else ComponentSpec(**spec)
+    index = export_pieces(dit, folder / PIECES_DIR, precision=precision)
     files = dict(manifest.files) | {"s2mel_pieces": f"{PIECES_DIR}/{INDEX}"}
     write_manifest(folder, Manifest.from_dict(json.loads(manifest.to_json()) | {"files": files}))
     return index
