@@ -151,17 +151,40 @@ def test_dit_attention_as_ort_contrib_ops_equals_standard_export(tmp_path, mask_
             assert abs(got - ref).max() < 1e-5, (on, n)
 
 
-@pytest.mark.parametrize("dilation", [1, 2])
-def test_unfolded_wavenet_conv_equals_plain_conv(dilation: int) -> None:
+@pytest.mark.parametrize(("kernel", "dilation"), [(5, 1), (5, 2), (1, 1)])
+def test_wavenet_conv_as_matmul_equals_plain_conv(kernel: int, dilation: int, tmp_path) -> None:
+    """The exported form (shifted copies stacked, one MatMul with a constant right operand) equals the
+    conv, eager and in ONNX Runtime, and leaves no Conv for dynamic int8 to miss."""
+    onnx = pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    from fasttts_cli.build.quantize import count_ops
     from fasttts_cli.build.wavenet import SConv1d
 
     torch.manual_seed(dilation)
-    conv = SConv1d(6, 10, 5, dilation=dilation)
-    x = torch.randn(2, 6, 30 + conv.pad_left + conv.pad_right)
-    want = conv.conv.conv(x)
-    got = conv._unfolded(x)
+    conv = SConv1d(6, 10, kernel, dilation=dilation).eval()
+    x = torch.randn(2, 6, 30)
+    want = conv(x)
+    got = conv._as_matmul(F.pad(x, (conv.pad_left, conv.pad_right), mode="reflect"))
     assert got.shape == want.shape
     assert torch.allclose(got, want, atol=1e-5)
+    path = tmp_path / "conv.onnx"
+    with torch.no_grad():
+        torch.onnx.export(
+            conv,
+            (x,),
+            str(path),
+            input_names=["x"],
+            output_names=["y"],
+            dynamic_axes={"x": {0: "b", 2: "t"}},
+            opset_version=17,
+            dynamo=False,
+        )
+    ops = count_ops(onnx.load(str(path)))
+    assert ops["MatMul"] == 1 and "Conv" not in ops
+    s = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for n in (30, 13):
+        xn = x[..., :n]
+        assert abs(s.run(None, {"x": xn.numpy()})[0] - conv(xn).detach().numpy()).max() < 1e-5
 
 
 def test_head_crop_keeps_every_velocity_the_cfm_uses() -> None:

@@ -121,20 +121,27 @@ class SConv1d(nn.Module):
             else:
                 x = pad_rows(x, self.pad_left, self.pad_right, lengths, "reflect")
         conv = self.conv.conv
-        if torch.onnx.is_in_onnx_export() and conv.kernel_size[0] > 1:
-            return self._unfolded(x)
+        if torch.onnx.is_in_onnx_export():
+            return self._as_matmul(x)
         return conv(x)
 
-    def _unfolded(self, x: torch.Tensor) -> torch.Tensor:
-        """The same convolution as one 1x1 conv over the k shifted copies stacked on the channel axis.
-        ONNX Runtime runs a k-tap conv through its own im2col at about two thirds of its GEMM speed;
-        the stacked form is a single GEMM (exported graphs only; eager keeps the plain conv)."""
+    def _as_matmul(self, x: torch.Tensor) -> torch.Tensor:
+        """The same convolution as one MatMul (exported graphs only; eager keeps the plain conv).
+
+        A k-tap conv becomes a GEMM over the k shifted copies stacked on the channel axis: ONNX
+        Runtime runs a k-tap conv through its own im2col at about two thirds of its GEMM speed. The
+        GEMM is a MatMul with the weight as its constant right operand, not a 1x1 Conv, so dynamic
+        int8 quantization (which rewrites MatMuls only) covers the WaveNet head too."""
         conv = self.conv.conv
         k, d = conv.kernel_size[0], conv.dilation[0]
-        t = x.shape[-1] - (k - 1) * d
-        cols = torch.cat([x[..., j * d : j * d + t] for j in range(k)], dim=1)  # (B, k * C_in, T)
-        w = conv.weight.permute(0, 2, 1).reshape(conv.out_channels, k * conv.in_channels, 1)
-        return F.conv1d(cols, w, conv.bias)
+        if k > 1:
+            t = x.shape[-1] - (k - 1) * d
+            x = torch.cat([x[..., j * d : j * d + t] for j in range(k)], dim=1)  # (B, k * C_in, T)
+        w = conv.weight.permute(0, 2, 1).reshape(conv.out_channels, k * conv.in_channels)
+        y = torch.matmul(x.transpose(1, 2), w.t())  # (B, T, C_out)
+        if conv.bias is not None:
+            y = y + conv.bias
+        return y.transpose(1, 2)
 
 
 @dataclass(frozen=True)
