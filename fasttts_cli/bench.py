@@ -18,6 +18,10 @@ Ours runs each batch size as one batch (prefixes left-padded, beams as rows); th
 at a time at batch 1, as the original does (its 3 beams are 3 rows of one batch, its prefill runs on
 every beam row), so its per-line cost is the same at every batch size. Peak RSS is the process's high
 water mark after ours (ONNX sessions only) and after eager (plus the PyTorch modules).
+
+`--rounds N` times ours, then eager, N times over and reports the median of every figure: a shared
+CPU's speed drifts by tens of percent within minutes, so one pass of each side can compare two
+different machines.
 """
 
 from __future__ import annotations
@@ -58,10 +62,25 @@ class BenchOptions:
     threads: int | None = None  # ORT intra-op threads and torch threads (None: all cores)
     work_dir: Path | None = None  # where the random checkpoint and engine go (default: a temp folder)
     seed: int = 0
+    rounds: int = 1  # ours then eager, this many times; every figure is the median over rounds
 
 
 def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def median_of_runs(runs: Sequence[Any]) -> Any:
+    """One result from several runs of the same measurement: numbers -> their median (ints that agree
+    stay ints), dicts -> per key (the keys of the first run), anything else -> the first run's."""
+    first = runs[0]
+    if isinstance(first, dict):
+        return {k: median_of_runs([r[k] for r in runs]) for k in first}
+    nums = [isinstance(r, int | float) and not isinstance(r, bool) for r in runs]
+    if all(nums):
+        if all(isinstance(r, int) for r in runs) and len(set(runs)) == 1:
+            return first
+        return float(np.median(np.asarray(runs, np.float64)))
+    return first
 
 
 def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
@@ -461,6 +480,8 @@ def run_bench(opts: BenchOptions, progress: Callable[[str], None] | None = None)
         raise UsageError("--batch: sizes must be >= 1")
     if opts.engine is None and not opts.random_weights:
         raise UsageError("fasttts bench needs --engine DIR or --random-weights")
+    if opts.rounds < 1:
+        raise UsageError(f"--rounds {opts.rounds}: expected 1 or more")
     with tempfile.TemporaryDirectory(prefix="fasttts-bench-") as tmp:
         work = Path(opts.work_dir) if opts.work_dir else Path(tmp)
         result: dict[str, Any] = {
@@ -479,16 +500,24 @@ def run_bench(opts: BenchOptions, progress: Callable[[str], None] | None = None)
             engine_dir, checkpoint = Path(result["build"]["engine"]), Path(result["build"]["checkpoint"])
         assert engine_dir is not None
         voice = write_bench_voice(work / "bench-voice.wav", opts.ref_seconds)
-        say("timing our runtime (ONNX Runtime)")
-        ours = bench_ours(opts, engine_dir, voice, say)
-        result["ours"] = ours
-        if opts.eager and checkpoint is not None:
-            say("timing the PyTorch eager modules")
-            from fasttts_cli.engine_folder import read_manifest
-            from fasttts_cli.indextts2.engine import resolve_preset
+        ours_runs: list[dict[str, Any]] = []
+        eager_runs: list[dict[str, Any]] = []
+        for r in range(opts.rounds):
+            tag = f" (round {r + 1} of {opts.rounds})" if opts.rounds > 1 else ""
+            say(f"timing our runtime (ONNX Runtime){tag}")
+            ours_runs.append(bench_ours(opts, engine_dir, voice, say))
+            if opts.eager and checkpoint is not None:
+                say(f"timing the PyTorch eager modules{tag}")
+                from fasttts_cli.engine_folder import read_manifest
+                from fasttts_cli.indextts2.engine import resolve_preset
 
-            p = resolve_preset(read_manifest(engine_dir), opts.preset, engine_dir)
-            result["eager"] = bench_eager(opts, checkpoint, voice, p.s2mel.steps, p.s2mel.cfg_rate)
+                p = resolve_preset(read_manifest(engine_dir), opts.preset, engine_dir)
+                eager_runs.append(bench_eager(opts, checkpoint, voice, p.s2mel.steps, p.s2mel.cfg_rate))
+        result["ours"] = median_of_runs(ours_runs)
+        # the high-water mark is per process: from round 2 on it includes the eager side's modules
+        result["ours"]["peak_rss_mb"] = ours_runs[0]["peak_rss_mb"]
+        if eager_runs:
+            result["eager"] = median_of_runs(eager_runs)
         elif opts.eager:
             result["eager"] = None
             result["note"] = "eager side skipped: pass --checkpoint with --engine"
@@ -606,6 +635,7 @@ def format_table(result: dict[str, Any]) -> str:
         f"tokens/line {ours['tokens']}, text tokens {o['text_tokens']}, reference {o['ref_seconds']} s, "
         f"s2mel {ours['s2mel_steps']} steps (per-step time from {o['s2mel_steps_timed']} timed steps), "
         f"cpus {result['machine']['cpus']}, threads {o['threads'] or 'all'}"
+        + (f", median of {o['rounds']} rounds (ours, eager, alternating)" if o.get("rounds", 1) > 1 else "")
     )
     if "build" in result:
         b = result["build"]
@@ -661,6 +691,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--no-eager", action="store_true")
     ap.add_argument("--work-dir", type=Path)
     ap.add_argument("--json", action="store_true", help="print the JSON result instead of the table")
+    ap.add_argument(
+        "--rounds", type=int, default=1, help="time ours then eager this many times; report medians"
+    )
     a = ap.parse_args(argv)
     opts = BenchOptions(
         engine=a.engine,
@@ -676,6 +709,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         eager=not a.no_eager,
         threads=a.threads,
         work_dir=a.work_dir,
+        rounds=a.rounds,
     )
     result = run_bench(opts, progress=lambda m: print(m, file=sys.stderr, flush=True))
     print(to_json(result) if a.json else format_table(result))

@@ -714,6 +714,9 @@ def bench(
     ] = 2,
     threads: Annotated[int | None, typer.Option("--threads", help="CPU threads (default: all).")] = None,
     no_eager: Annotated[bool, typer.Option("--no-eager", help="Skip the PyTorch eager side.")] = False,
+    rounds: Annotated[
+        int, typer.Option("--rounds", help="Time ours then eager this many times; report medians.")
+    ] = 1,
     work_dir: Annotated[
         Path | None, typer.Option("--work-dir", metavar="DIR", help="Keep the random checkpoint/engine here.")
     ] = None,
@@ -751,6 +754,7 @@ def bench(
             eager=not no_eager,
             threads=threads,
             work_dir=work_dir,
+            rounds=rounds,
         )
         result = run_bench(opts, progress=rep.info)
         table = format_table(result)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from fasttts_cli.bench import BenchOptions, format_table, run_bench, to_json
+from fasttts_cli.errors import UsageError
 from fasttts_cli.indextts2.engine import NoStopDecoder, frames_for
 from fasttts_cli.indextts2.sampling import SamplingParams
 from tests.conftest_engine import *  # noqa: F403 (fixtures)
@@ -26,6 +27,25 @@ def test_no_stop_decoder_generates_exactly_n() -> None:
         assert res.codes.size == 6 and not res.stopped and 8193 not in res.codes
 
 
+def test_median_of_runs() -> None:
+    from fasttts_cli.bench import median_of_runs
+
+    runs = [
+        {"tokens": 4, "s": 1.0, "ms": {1: 10.0, 3: 30.0}, "name": "a", "ok": True},
+        {"tokens": 4, "s": 3.0, "ms": {1: 12.0, 3: 20.0}, "name": "b", "ok": False},
+        {"tokens": 4, "s": 2.0, "ms": {1: 11.0, 3: 90.0}, "name": "c", "ok": False},
+    ]
+    got = median_of_runs(runs)
+    assert got == {"tokens": 4, "s": 2.0, "ms": {1: 11.0, 3: 30.0}, "name": "a", "ok": True}
+    assert isinstance(got["tokens"], int)
+    assert median_of_runs([{"n": 2}, {"n": 3}]) == {"n": 2.5}
+
+
+def test_rounds_must_be_positive(tiny_engine_dir: Path) -> None:
+    with pytest.raises(UsageError, match="--rounds 0"):
+        run_bench(BenchOptions(engine=tiny_engine_dir, rounds=0))
+
+
 @pytest.mark.slow
 def test_bench_on_tiny_engine(tiny_engine_dir: Path, tiny_checkpoint_dir: Path) -> None:
     opts = BenchOptions(
@@ -37,6 +57,7 @@ def test_bench_on_tiny_engine(tiny_engine_dir: Path, tiny_checkpoint_dir: Path) 
         s2mel_steps_timed=1,
         ref_seconds=1.5,
         threads=1,
+        rounds=2,
     )
     r = run_bench(opts)
     ours, eager = r["ours"], r["eager"]
@@ -63,3 +84,4 @@ def test_bench_on_tiny_engine(tiny_engine_dir: Path, tiny_checkpoint_dir: Path) 
     ):
         assert label in table
     assert '"ours"' in to_json(r)
+    assert "median of 2 rounds" in table
