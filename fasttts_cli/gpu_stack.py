@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from fasttts_cli.errors import InputError
-from fasttts_cli.presets import Preset
+from fasttts_cli.presets import INTEGER_PRECISIONS, Preset
 
 TRTLLM_PYTHON_ENV = "FASTTTS_TRTLLM_PYTHON"
 
@@ -242,7 +242,7 @@ def _check_option(preset: Preset, comp: str, key: str, value: Any, allowed: tupl
 
 def _allowed_options(backend: str, precision: str, options: dict[str, Any]) -> dict[str, Any]:
     """option name -> tuple of allowed values or a type description."""
-    if backend in ("onnxruntime-cpu", "onnxruntime-cuda") and precision in ("int8", "int4"):
+    if backend in ("onnxruntime-cpu", "onnxruntime-cuda") and precision in INTEGER_PRECISIONS:
         method = options.get("method", "matmulnbits")
         if method == "dynamic":
             return {"method": QUANT_METHODS, "per_channel": (True, False)}
@@ -280,7 +280,7 @@ def check_preset(preset: Preset) -> None:
                 f"components.{comp}.backend = 'tensorrt-llm': only the GPT runs on TensorRT-LLM",
                 hint="allowed for this component: onnxruntime-cpu, onnxruntime-cuda, tensorrt, torch",
             )
-        if spec.precision in ("int8", "int4") and comp not in QUANTIZABLE:
+        if spec.precision in INTEGER_PRECISIONS and comp not in QUANTIZABLE:
             raise InputError(
                 where,
                 f"components.{comp}.precision = {spec.precision!r}: weight-only quantization is only "
@@ -299,7 +299,7 @@ def check_preset(preset: Preset) -> None:
             _check_option(preset, comp, key, value, allowed[key])
         if (
             comp in DYNAMIC_ONLY
-            and spec.precision in ("int8", "int4")
+            and spec.precision in INTEGER_PRECISIONS
             and spec.options.get("method") != "dynamic"
         ):
             raise InputError(
@@ -375,7 +375,7 @@ def requirements(preset: Preset, stack: GpuStack | None = None) -> list[Requirem
     if "onnxruntime-cpu" in by_backend:
         comps = tuple(by_backend["onnxruntime-cpu"])
         ok = "CPUExecutionProvider" in st.ort_providers
-        quant = [c for c in comps if preset.components[c].precision in ("int8", "int4")]
+        quant = [c for c in comps if preset.components[c].precision in INTEGER_PRECISIONS]
         detail = f"{st.onnxruntime_package or 'onnxruntime'} {st.onnxruntime or 'missing'}"
         # 8-bit MatMulNBits on the CPU EP arrived in 1.22 (PR #24384).
         if ok and quant and _version_tuple(st.onnxruntime) < (1, 22):

@@ -20,6 +20,10 @@ BACKENDS = ("onnxruntime-cpu", "onnxruntime-cuda", "tensorrt", "tensorrt-llm", "
 PRECISIONS = ("fp32", "fp16", "bf16", "int8", "int4", "w8a16", "w4a16")
 
 
+# Precisions whose weights are integers (ONNX Runtime quantization: MatMulNBits or dynamic int8).
+INTEGER_PRECISIONS = ("int8", "int4")
+
+
 @dataclass(frozen=True)
 class ComponentSpec:
     backend: str = "onnxruntime-cpu"
@@ -183,7 +187,7 @@ def parse_preset(path: Path) -> Preset:
             path, f"s2mel.rows_per_call = {s2.rows_per_call}", hint="allowed: 0 (the whole batch) or more"
         )
     dit = comps.get("dit")
-    if dit is not None and dit.precision in ("int8", "int4") and s2.rows_per_call != 1:
+    if dit is not None and dit.precision in INTEGER_PRECISIONS and s2.rows_per_call != 1:
         # Dynamic int8 scales the activations once per call: lines sharing a call would change
         # each other's audio.
         raise InputError(

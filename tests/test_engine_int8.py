@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fasttts_cli.build.quantize import count_ops
 from tests.conftest_engine import *  # noqa: F403
 
 pytest.importorskip("onnxruntime")
@@ -25,12 +26,6 @@ def int8_engine_dir(tiny_engine_dir: Path, tmp_path_factory: pytest.TempPathFact
     return convert_engine(tiny_engine_dir, out, load_preset("cpu-int8"))
 
 
-def _ops(path: Path) -> dict[str, int]:
-    from fasttts_cli.build.quantize import count_ops
-
-    return count_ops(path)
-
-
 def test_integer_forms_per_component(int8_engine_dir: Path) -> None:
     from fasttts_cli.engine_folder import read_manifest
 
@@ -38,12 +33,12 @@ def test_integer_forms_per_component(int8_engine_dir: Path) -> None:
     # many rows per call: dynamic int8 (weights int8 per channel, activations quantized per call)
     for name in ("w2v_bert", "speaker_conditioner", "emotion_conditioner", "dit_cfg_step"):
         assert m.components[name].precision == "int8"
-        assert _ops(int8_engine_dir / m.components[name].file).get("MatMulInteger", 0) > 0, name
+        assert count_ops(int8_engine_dir / m.components[name].file).get("MatMulInteger", 0) > 0, name
         rep = m.config["precision"][name]
         assert rep["method"] == "dynamic" and rep["per_channel"] is True
     # the GPT keeps per-row blocks; BigVGAN stays float
-    assert _ops(int8_engine_dir / m.components["gpt_trunk"].file).get("MatMulNBits", 0) > 0
-    voc = _ops(int8_engine_dir / m.components["bigvgan"].file)
+    assert count_ops(int8_engine_dir / m.components["gpt_trunk"].file).get("MatMulNBits", 0) > 0
+    voc = count_ops(int8_engine_dir / m.components["bigvgan"].file)
     assert not {"MatMulInteger", "ConvInteger", "MatMulNBits"} & set(voc)
 
 
@@ -111,7 +106,7 @@ def test_pieces_follow_the_engine_dit_precision(
     dit = load_s2mel(tiny_checkpoint_dir / "s2mel.pth", cfg).cfm.estimator
     index = json.loads(export_pieces_into_engine(engine, dit).read_text(encoding="utf-8"))
     for name, spec in index["pieces"].items():
-        ops = _ops(engine / PIECES_DIR / spec["file"])
+        ops = count_ops(engine / PIECES_DIR / spec["file"])
         if name.startswith("diag_"):
             assert spec["precision"] == "fp32" and "MatMulInteger" not in ops, name
         elif name.startswith(("attn_", "ffn_")):

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from fasttts_cli.errors import FastTTSError
-from fasttts_cli.presets import ComponentSpec
+from fasttts_cli.presets import INTEGER_PRECISIONS, ComponentSpec
 
 MS_DOMAIN = "com.microsoft"
 EXTERNAL_DATA_BYTES = 2_000_000_000
@@ -385,7 +385,7 @@ def apply_precision(src: Path | str, dst: Path | str, spec: ComponentSpec) -> di
     """What the exporter calls per exported ONNX file: transform `src` into `dst` as the component's
     ComponentSpec asks (int8/int4 -> quantize here; fp16 -> fp16.convert_file with fp32 islands).
     Returns a JSON-able report for the manifest/log, or None when the file stays fp32 (dst untouched)."""
-    if spec.precision in ("int8", "int4"):
+    if spec.precision in INTEGER_PRECISIONS:
         return quantize_file(src, dst, QuantConfig.from_spec(spec)).to_json()
     if spec.precision == "fp16":
         from fasttts_cli.build.fp16 import convert_file

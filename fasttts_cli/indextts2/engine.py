@@ -43,7 +43,7 @@ from fasttts_cli.indextts2.decode_inplace import InplaceGPTDecoder, decoder_for,
 from fasttts_cli.indextts2.gpt_trtllm import GPT_TRTLLM, LinePrompt, TrtllmGPT, worker_dir
 from fasttts_cli.indextts2.sampling import Decoded, LineDecoder, SamplingParams
 from fasttts_cli.indextts2.sessions import Session, SessionOptions, open_session
-from fasttts_cli.presets import Preset, load_preset
+from fasttts_cli.presets import INTEGER_PRECISIONS, Preset, load_preset
 from fasttts_cli.s2mel_cache.schedules import euler_times
 
 MODEL_ID = "indextts2"
@@ -713,7 +713,7 @@ class IndexTTS2Engine:
         batch-mates would change each other's audio."""
         size = int(self.preset.s2mel.rows_per_call)
         dit = self.manifest.components.get(DIT_CFG_STEP)
-        if dit is not None and dit.precision in ("int8", "int4"):
+        if dit is not None and dit.precision in INTEGER_PRECISIONS:
             size = 1
         return max(1, n if size <= 0 else min(size, n))
 

@@ -31,7 +31,7 @@ from torch import nn
 
 from fasttts_cli.build.dit import Attention, DiT, DiTInputs, rope_table, use_ort_attention
 from fasttts_cli.engine_folder import file_sha256
-from fasttts_cli.presets import ComponentSpec
+from fasttts_cli.presets import INTEGER_PRECISIONS, ComponentSpec
 from fasttts_cli.s2mel_cache.piecewise_ort import FORMAT_VERSION, INDEX, PIECES_DIR
 from fasttts_cli.s2mel_cache.piecewise_torch import DIAGONAL_BAND, attention_probs, diagonal_mass
 
@@ -198,6 +198,7 @@ def export_pieces(
 
     from fasttts_cli.build.quantize import apply_precision
 
+    integer = precision if precision is not None and precision.precision in INTEGER_PRECISIONS else None
     out = Path(out_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
@@ -244,15 +245,13 @@ def export_pieces(
                                 raise RuntimeError(
                                     f"s2mel piece {name} output {o}: rel error {err:.2e} at ({n}, {t})"
                                 )
-                quant = None
-                if (
-                    precision is not None
-                    and precision.precision in ("int8", "int4")  # the pieces run on the CPU provider
-                    and not name.startswith("diag_")
-                ):
-                    quant = apply_precision(path, path, precision)
+                piece_precision = "fp32"
+                # integer pieces only: the pieces run on the CPU provider (no fp16 there)
+                if integer is not None and not name.startswith("diag_"):
+                    apply_precision(path, path, integer)
+                    piece_precision = integer.precision
                 files[name] = {
-                    "precision": "fp32" if quant is None else precision.precision,  # type: ignore[union-attr]
+                    "precision": piece_precision,
                     "file": path.name,
                     "inputs": ins,
                     "outputs": outs,
