@@ -18,6 +18,7 @@ import soundfile as sf
 
 from fasttts_cli.errors import EngineMismatchError, UsageError
 from fasttts_cli.indextts2.engine import (
+    GPT_TRUNK,
     IndexTTS2Engine,
     VoiceConditioning,
     euler_times,
@@ -341,3 +342,20 @@ def test_session_io_mismatch_is_named(tiny_engine_dir: Path, tmp_path: Path) -> 
     e = IndexTTS2Engine.load(eng)
     with pytest.raises(EngineMismatchError, match="component 'campplus' has inputs"):
         e.session("campplus")
+
+
+def _stops_spinning(session: object) -> bool:
+    opts = session._sess.get_session_options()  # type: ignore[attr-defined]
+    try:
+        return opts.get_session_config_entry("session.force_spinning_stop") == "1"
+    except RuntimeError:  # never set: onnxruntime's default, workers spin after a run
+        return False
+
+
+def test_only_the_trunk_keeps_its_workers_spinning(tiny_engine_dir: Path) -> None:
+    """Sessions that alternate stop their workers after each run (else they take the cores from the
+    next session); the trunk, run back to back per token, keeps spinning."""
+    e = IndexTTS2Engine.load(tiny_engine_dir)
+    e.open_all()
+    spinning = {name for name, s in e._sessions.items() if not _stops_spinning(s)}
+    assert spinning == {GPT_TRUNK} and len(e._sessions) > 5

@@ -28,7 +28,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -307,7 +307,9 @@ class IndexTTS2Engine:
         s = self._sessions.get(name)
         if s is None:
             comp = self.manifest.components[name]
-            s = open_session(self.folder / comp.file, comp.backend, self.options)
+            # the trunk runs back to back (one call per generated token): its workers may keep spinning
+            opts = replace(self.options, spin_after_run=True) if name == GPT_TRUNK else self.options
+            s = open_session(self.folder / comp.file, comp.backend, opts)
             want_in, want_out = required_io(self.layers, trtllm_gpt=self.trtllm_gpt)[name]
             have_in = {i.name for i in s.inputs}
             have_out = {o.name for o in s.outputs}
