@@ -1,7 +1,7 @@
 """Issue 5, item 5: s2mel cache levels T0..T6 -- fraction of module computations kept, s2mel stage time,
 output error vs T0 -- on the tiny DiT and on a full-size (13 x 512) random-weight DiT.
 
-    python benchmarks/s2mel_cache.py --sizes tiny,full --threads 1 --json out.json
+    python benchmarks/s2mel_cache.py --sizes tiny,full --threads 2 --json out.json
 
 Per size: random weights with the parity checkpoint's init rules (fasttts_cli/s2mel_cache/random_dit.py),
 the pieces exported to ONNX and run on ONNX Runtime (the runtime path), levels T1..T6 calibrated on
@@ -25,6 +25,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from fasttts_cli.indextts2.sessions import available_cpus
 from fasttts_cli.s2mel_cache import piecewise_ort as po
 from fasttts_cli.s2mel_cache.calibrate import calibrate_ort, relative_mae
 from fasttts_cli.s2mel_cache.export_pieces import export_pieces
@@ -173,7 +174,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="tiny,full")
     ap.add_argument("--frames", type=int, default=344, help="held-out line length (prompt + generated)")
     ap.add_argument("--steps", type=int, default=25)
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=available_cpus(), help="default: the CPUs we may use")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cal-lines-tiny", type=int, default=2)
     ap.add_argument("--cal-frames-tiny", type=int, default=64)
