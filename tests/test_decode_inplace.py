@@ -142,3 +142,25 @@ def test_cache_is_written_in_place_and_grows(pair: Pair) -> None:
     assert kv.lens.tolist() == [6, 6]
     np.testing.assert_array_equal(kv.arrays[1][0, :, 2:6], rows[0][:, 2:6])
     assert not (kv.arrays[1][0, :, :2] == -7.0).any()
+
+
+def test_binding_is_reused_until_the_arrays_change(pair: Pair) -> None:
+    """Each step rebinds only its small inputs; the cache arrays are bound again only when they are
+    replaced (growth, rows leaving), and a step after that sees the new arrays."""
+    d = pair.inplace
+    kv = KVBuffers(2, d.layers, d.heads, d.head_dim, 4)
+    x = np.random.default_rng(5).normal(size=(2, 3, pair.emb.model_dim)).astype(np.float32)
+    one = np.ones(2, np.int64)
+    d.trunk(x, kv, np.array([3, 3]), np.array([2, 2]))
+    first = kv.binding
+    assert first is not None and first.holds(kv.arrays)
+    d.trunk(x[:, :1], kv, one, 0 * one)  # 4 columns: still fits
+    assert kv.binding is first
+    kv.select(np.array([1, 1]))  # rows change in place: same arrays, same binding
+    d.trunk(x[:, :1], kv, one, 0 * one)  # 5 columns: the cache grows
+    assert kv.binding is not first and kv.binding.holds(kv.arrays) and kv.capacity == 8
+    # the step after the growth wrote into the new arrays, where the graph reads them next
+    assert np.abs(kv.arrays[0][:, :, 4]).max() > 0
+    kv.select(np.array([0]))  # a row leaves: new arrays, bound at the next step
+    logits, _ = d.trunk(x[:1, :1], kv, one[:1], 0 * one[:1])
+    assert kv.binding.holds(kv.arrays) and logits.shape[0] == 1

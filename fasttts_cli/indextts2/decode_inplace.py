@@ -32,6 +32,7 @@ from fasttts_cli.indextts2.decode import (
     present_names,
 )
 from fasttts_cli.indextts2.sampling import Decoded, LineDecoder, SamplingParams
+from fasttts_cli.indextts2.sessions import InplaceBinding
 
 # Trunk IO names of the in-place form (build/gqa_trunk.py)
 SEQLENS_K = "seqlens_k"
@@ -53,6 +54,8 @@ class KVBuffers:
         # columns every row shares with the rows of its line (the prefill: beams differ only after it),
         # which a beam reorder need not copy
         self.shared = np.zeros(rows, np.int64)
+        # the Session's binding of these arrays, reused while they stay the same arrays
+        self.binding: InplaceBinding | None = None
 
     @property
     def rows(self) -> int:
@@ -103,7 +106,8 @@ class KVBuffers:
 
 
 class InplaceGPTDecoder:
-    """`GPTDecoder`'s API over the in-place trunk Session (needs `run_inplace`: sessions.OrtSession)."""
+    """`GPTDecoder`'s API over the in-place trunk Session (needs `bind_inplace` and `run_bound`:
+    sessions.OrtSession)."""
 
     def __init__(
         self,
@@ -142,8 +146,11 @@ class InplaceGPTDecoder:
             TOTAL_LEN: np.array(x.shape[1] if prompt else int(total.max()), np.int32),
             LAST_INDEX: last.astype(np.int64),
         }
-        inplace = {p: (o, a) for p, o, a in zip(self._past, self._present, kv.arrays, strict=True)}
-        out = self.session.run_inplace([LOGITS, HIDDEN], feeds, inplace)  # type: ignore[attr-defined]
+        bound = kv.binding
+        if bound is None or not bound.holds(kv.arrays):  # new arrays (first call, growth, rows left)
+            inplace = {p: (o, a) for p, o, a in zip(self._past, self._present, kv.arrays, strict=True)}
+            bound = kv.binding = self.session.bind_inplace([LOGITS, HIDDEN], inplace)  # type: ignore[attr-defined]
+        out = self.session.run_bound(bound, feeds)  # type: ignore[attr-defined]
         kv.lens = total
         return out[LOGITS], out[HIDDEN]
 
@@ -232,6 +239,6 @@ def decoder_for(
     """The decoder for a trunk Session: in place when the graph has that form and the Session can bind
     buffers (sessions.OrtSession), else the classic one."""
     names = {i.name for i in session.inputs}  # type: ignore[attr-defined]
-    if names == set(inplace_inputs(layers)) and hasattr(session, "run_inplace"):
+    if names == set(inplace_inputs(layers)) and hasattr(session, "run_bound"):
         return InplaceGPTDecoder(session, emb, layers=layers, heads=heads)
     return GPTDecoder(session, emb, layers=layers, heads=heads)  # type: ignore[arg-type]
