@@ -136,7 +136,7 @@ def test_cache_is_written_in_place_and_grows(pair: Pair) -> None:
     assert kv.lens.tolist() == [5, 6]
     np.testing.assert_array_equal(kv.arrays[1][0, :, :5], rows[1][:, :5])
     np.testing.assert_array_equal(kv.arrays[1][1, :, :6], rows[0])
-    kv.shared[:] = 2  # columns both rows share are not copied
+    kv.same[0, 1] = kv.same[1, 0] = 2  # columns both rows hold identically are not copied
     kv.arrays[1][1, :, :2] = -7.0
     kv.select(np.array([1, 1]))  # straight from the source row
     assert kv.lens.tolist() == [6, 6]
@@ -164,3 +164,24 @@ def test_binding_is_reused_until_the_arrays_change(pair: Pair) -> None:
     kv.select(np.array([0]))  # a row leaves: new arrays, bound at the next step
     logits, _ = d.trunk(x[:1, :1], kv, one[:1], 0 * one[:1])
     assert kv.binding.holds(kv.arrays) and logits.shape[0] == 1
+
+
+def test_reorder_copies_only_after_the_last_common_ancestor(pair: Pair) -> None:
+    """A row that takes another's history copies only the columns written since they last held the
+    same values (by construction: a copy), not the whole generated part."""
+    d = pair.inplace
+    kv = KVBuffers(3, d.layers, d.heads, d.head_dim, 16)
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(3, 3, pair.emb.model_dim)).astype(np.float32)
+    one = np.ones(3, np.int64)
+    d.trunk(x, kv, np.array([3, 3, 3]), np.array([2, 2, 2]))
+    kv.select(np.array([0, 0, 0]))  # every beam starts from row 0's history
+    np.testing.assert_array_equal(kv.arrays[0][1, :, :3], kv.arrays[0][0, :, :3])
+    assert kv.same[1, 0] == 3
+    d.trunk(rng.normal(size=(3, 1, pair.emb.model_dim)).astype(np.float32), kv, one, 0 * one)
+    assert kv.same[1, 0] == 3 and kv.lens.tolist() == [4, 4, 4]  # column 3 was each row's own
+    kv.arrays[0][1, :, 1] = -7.0  # a marker where rows 0 and 1 already agree
+    kv.select(np.array([0, 0, 2]))  # row 1 takes row 0's history: only column 3 moves
+    np.testing.assert_array_equal(kv.arrays[0][1, :, 3], kv.arrays[0][0, :, 3])
+    assert (kv.arrays[0][1, :, 1] == -7.0).all()
+    assert kv.same[1, 0] == 4 and kv.same[2, 0] == 3

@@ -44,6 +44,9 @@ def inplace_inputs(layers: int) -> tuple[str, ...]:
     return (INPUTS_EMBEDS, SEQLENS_K, TOTAL_LEN, LAST_INDEX, *past_names(layers))
 
 
+_ALL = np.iinfo(np.int64).max  # "identical in every column": a row with itself, or a whole-row copy
+
+
 class KVBuffers:
     """Per layer k and v arrays (rows, heads, capacity, head_dim) and each row's length."""
 
@@ -51,9 +54,10 @@ class KVBuffers:
         self.shape = (heads, head_dim)
         self.arrays = [np.zeros((rows, heads, capacity, head_dim), np.float32) for _ in range(2 * layers)]
         self.lens = np.zeros(rows, np.int64)
-        # columns every row shares with the rows of its line (the prefill: beams differ only after it),
-        # which a beam reorder need not copy
-        self.shared = np.zeros(rows, np.int64)
+        # same[r, s]: leading columns that rows r and s hold identically because one was copied from
+        # the other (beams share their line's prefill and every column up to their last common
+        # ancestor), which a beam reorder need not copy again. Known by construction, never compared.
+        self.same = _identity(rows)
         # the Session's binding of these arrays, reused while they stay the same arrays
         self.binding: InplaceBinding | None = None
 
@@ -80,29 +84,46 @@ class KVBuffers:
             grown.append(b)
         self.arrays = grown
 
+    def wrote(self, total: np.ndarray) -> None:
+        """A call wrote columns lens[r].. of every row r (each row its own values): rows agree at most
+        on the columns before both of their first new ones."""
+        bound = np.minimum.outer(self.lens, self.lens)
+        np.fill_diagonal(bound, _ALL)
+        self.same = np.minimum(self.same, bound)
+        self.lens = np.asarray(total, np.int64)
+
     def select(self, idx: np.ndarray) -> None:
         """Row r takes old row idx[r] (a row of the same line: beams). When the count stays, in place:
-        only the changed rows, only the columns after the line's shared prefill, and straight from the
-        source row unless that row is itself overwritten (then through a copy). This copy is most of
-        what a step with 3 beams costs beyond a step with 1."""
+        only the changed rows, only the columns where a row and its new source may differ (after their
+        last common ancestor), and straight from the source row unless that row is itself overwritten
+        (then through a copy). This copy is most of what a step with 3 beams costs beyond a step with 1."""
         used = int(self.lens.max(initial=0))
         if idx.size == self.rows:
             changed = np.flatnonzero(idx != np.arange(self.rows))
             if changed.size:
                 src = idx[changed]
-                lo = int(self.shared[changed].min())
-                direct = not np.isin(src, changed).any()
-                for a in self.arrays:
-                    if direct:
-                        for r, s in zip(changed.tolist(), src.tolist(), strict=True):
-                            a[r, :, lo:used] = a[s, :, lo:used]
-                    else:
-                        a[changed, :, lo:used] = a[src, :, lo:used]
-                self.lens = self.lens[idx]
-            return
-        self.arrays = [np.ascontiguousarray(a[idx]) for a in self.arrays]
+                lo = np.minimum(self.same[changed, src], used)
+                if np.isin(src, changed).any():  # a source is overwritten too: through a copy
+                    low = int(lo.min())
+                    for a in self.arrays:
+                        a[changed, :, low:used] = a[src, :, low:used]
+                else:
+                    for r, s, first in zip(changed.tolist(), src.tolist(), lo.tolist(), strict=True):
+                        if first < used:
+                            for a in self.arrays:
+                                a[r, :, first:used] = a[s, :, first:used]
+        else:
+            self.arrays = [np.ascontiguousarray(a[idx]) for a in self.arrays]
         self.lens = self.lens[idx]
-        self.shared = self.shared[idx]
+        same = self.same[np.ix_(idx, idx)]  # row r now holds what old row idx[r] held
+        self.same = np.minimum(same, used)  # columns from `used` on were not copied
+        np.fill_diagonal(self.same, _ALL)
+
+
+def _identity(rows: int) -> np.ndarray:
+    same = np.zeros((rows, rows), np.int64)
+    np.fill_diagonal(same, _ALL)
+    return same
 
 
 class InplaceGPTDecoder:
@@ -151,7 +172,7 @@ class InplaceGPTDecoder:
             inplace = {p: (o, a) for p, o, a in zip(self._past, self._present, kv.arrays, strict=True)}
             bound = kv.binding = self.session.bind_inplace([LOGITS, HIDDEN], inplace)  # type: ignore[attr-defined]
         out = self.session.run_bound(bound, feeds)  # type: ignore[attr-defined]
-        kv.lens = total
+        kv.wrote(total)
         return out[LOGITS], out[HIDDEN]
 
     def _prefill(self, prefixes: Sequence[np.ndarray]) -> tuple[np.ndarray, KVBuffers]:
@@ -166,7 +187,6 @@ class InplaceGPTDecoder:
             x[i, p.shape[0]] = start
         kv = KVBuffers(n, self.layers, self.heads, self.head_dim, s + self.headroom)
         logits, _ = self.trunk(x, kv, lens, lens - 1)
-        kv.shared = lens.copy()
         return logits, kv
 
     # ----------------------------------------------------------------------------- generation
