@@ -52,7 +52,7 @@ class SessionOptions:
     threads: int | None = None
     inter_op_threads: int = 1
     # Whether the pool's workers keep spinning after a run. Off by default: an engine alternates its
-    # sessions (the s2mel pieces: 28 per Euler step), and each session's spinning workers took the
+    # sessions (the s2mel pieces: 34 per Euler step), and each session's spinning workers took the
     # cores from the next one: a full-size cached DiT step (T0, 344 frames, 2 threads) took 1.9-2.2x
     # as long with spinning, in alternating runs. The GPT trunk keeps it: it runs back to back.
     spin_after_run: bool = False
