@@ -156,22 +156,14 @@ class OrtSession:
         values = self._sess.run(names, cast)
         return dict(zip(names, values, strict=True))
 
-    def run_inplace(
-        self,
-        outputs: Sequence[str],
-        feeds: Mapping[str, np.ndarray],
-        inplace: Mapping[str, tuple[str, np.ndarray]],
-    ) -> dict[str, np.ndarray]:
-        """Like `run`, plus buffers updated in place: inplace[input] = (output, array) binds one array
-        (C-contiguous, the input's dtype) as both that input and that output, so the graph writes its
-        result into the array instead of a new one (the in-place KV cache of `decode_inplace`)."""
-        return self.run_bound(self.bind_inplace(outputs, inplace), feeds)
-
     def bind_inplace(
         self, outputs: Sequence[str], inplace: Mapping[str, tuple[str, np.ndarray]]
     ) -> InplaceBinding:
-        """The binding `run_inplace` makes, kept for `run_bound`: a decode step reuses it while its
-        buffers stay the same arrays (binding 48 cache arrays anew was most of a step's host time)."""
+        """An IO binding with buffers updated in place, for `run_bound`: inplace[input] = (output, array)
+        binds one array (C-contiguous, the input's dtype) as both that input and that output, so the
+        graph writes its result into the array instead of a new one (the in-place KV cache of
+        `decode_inplace`). A decode step reuses the binding while its buffers stay the same arrays:
+        binding the 48 cache arrays anew was most of a step's host time."""
         import onnxruntime as ort
 
         io = self._sess.io_binding()
