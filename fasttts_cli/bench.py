@@ -484,6 +484,7 @@ def run_bench(opts: BenchOptions, progress: Callable[[str], None] | None = None)
         raise UsageError(f"--rounds {opts.rounds}: expected 1 or more")
     with tempfile.TemporaryDirectory(prefix="fasttts-bench-") as tmp:
         work = Path(opts.work_dir) if opts.work_dir else Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
         result: dict[str, Any] = {
             "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(opts).items()},
             "machine": {"cpus": os.cpu_count(), "threads": opts.threads},

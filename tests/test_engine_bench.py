@@ -47,7 +47,7 @@ def test_rounds_must_be_positive(tiny_engine_dir: Path) -> None:
 
 
 @pytest.mark.slow
-def test_bench_on_tiny_engine(tiny_engine_dir: Path, tiny_checkpoint_dir: Path) -> None:
+def test_bench_on_tiny_engine(tiny_engine_dir: Path, tiny_checkpoint_dir: Path, tmp_path: Path) -> None:
     opts = BenchOptions(
         engine=tiny_engine_dir,
         checkpoint=tiny_checkpoint_dir,
@@ -58,8 +58,10 @@ def test_bench_on_tiny_engine(tiny_engine_dir: Path, tiny_checkpoint_dir: Path) 
         ref_seconds=1.5,
         threads=1,
         rounds=2,
+        work_dir=tmp_path / "not" / "yet",  # created on demand
     )
     r = run_bench(opts)
+    assert (tmp_path / "not" / "yet" / "bench-voice.wav").is_file()
     ours, eager = r["ours"], r["eager"]
     assert set(ours["batches"]) == {1, 2}
     for b, row in ours["batches"].items():

@@ -29,6 +29,7 @@ from torch import nn
 from fasttts_cli import __version__
 from fasttts_cli.build.checkpoint import CheckpointPaths, IndexTTS2Modules, load_checkpoint
 from fasttts_cli.build.config import EMOTIONS
+from fasttts_cli.build.quiet import quiet_native_output
 from fasttts_cli.engine_folder import ComponentEntry, Manifest, component_sha256, write_manifest
 from fasttts_cli.errors import FastTTSError, UsageError
 from fasttts_cli.indextts2 import decode as dec
@@ -439,7 +440,7 @@ def export_graph(spec: GraphSpec, out_dir: Path, *, seed: int = 0) -> Path:
         warnings.simplefilter("ignore")  # the legacy exporter's tracer warnings are expected noise
         raw = Path(tmp) / path.name
         try:
-            with torch.no_grad():
+            with torch.no_grad(), quiet_native_output(f"the ONNX export of {spec.name}"):
                 torch.onnx.export(
                     spec.module,
                     example,

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from fasttts_cli.build.quiet import quiet_native_output
 from fasttts_cli.errors import FastTTSError
 from fasttts_cli.presets import INTEGER_PRECISIONS, ComponentSpec
 
@@ -353,15 +354,16 @@ def _quantize_dynamic(src: Path, dst: Path, cfg: QuantConfig) -> QuantReport:
         out = Path(tmp) / dst.name
         large = before > EXTERNAL_DATA_BYTES
         try:
-            quantize_dynamic(
-                str(src),
-                str(out),
-                weight_type=QuantType.QInt8,
-                per_channel=cfg.per_channel,
-                op_types_to_quantize=["MatMul"],
-                use_external_data_format=large,
-                extra_options={"MatMulConstBOnly": True},
-            )
+            with quiet_native_output(f"the dynamic int8 quantization of {src.name}"):
+                quantize_dynamic(
+                    str(src),
+                    str(out),
+                    weight_type=QuantType.QInt8,
+                    per_channel=cfg.per_channel,
+                    op_types_to_quantize=["MatMul"],
+                    use_external_data_format=large,
+                    extra_options={"MatMulConstBOnly": True},
+                )
         except Exception as e:  # the quantizer raises many types
             raise QuantizeError(f"{src.name}: dynamic quantization failed: {e}") from None
         model = _load(out)

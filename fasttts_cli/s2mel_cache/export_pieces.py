@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from fasttts_cli.build.dit import Attention, DiT, DiTInputs, rope_table, use_ort_attention
+from fasttts_cli.build.quiet import quiet_native_output
 from fasttts_cli.engine_folder import file_sha256
 from fasttts_cli.presets import INTEGER_PRECISIONS, ComponentSpec
 from fasttts_cli.s2mel_cache.piecewise_ort import FORMAT_VERSION, INDEX, PIECES_DIR
@@ -213,17 +214,18 @@ def export_pieces(
             for name, module, ins, outs in _graphs(dit):
                 path = tmp / f"{name}.onnx"
                 ex = _example(dit, name, 2, 24, g)
-                torch.onnx.export(
-                    module,
-                    ex,
-                    str(path),
-                    input_names=ins,
-                    output_names=outs,
-                    dynamic_axes={k: _mel_axes(k, name) for k in ins + outs},
-                    opset_version=OPSET,
-                    dynamo=False,
-                    do_constant_folding=True,
-                )
+                with quiet_native_output(f"the ONNX export of DiT piece {name}"):
+                    torch.onnx.export(
+                        module,
+                        ex,
+                        str(path),
+                        input_names=ins,
+                        output_names=outs,
+                        dynamic_axes={k: _mel_axes(k, name) for k in ins + outs},
+                        opset_version=OPSET,
+                        dynamo=False,
+                        do_constant_folding=True,
+                    )
                 worst = 0.0
                 if verify:
                     so = ort.SessionOptions()
