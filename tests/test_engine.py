@@ -359,3 +359,31 @@ def test_only_the_trunk_keeps_its_workers_spinning(tiny_engine_dir: Path) -> Non
     e.open_all()
     spinning = {name for name, s in e._sessions.items() if not _stops_spinning(s)}
     assert spinning == {GPT_TRUNK} and len(e._sessions) > 5
+
+
+def _threads(session: object) -> int:
+    return int(session._sess.get_session_options().intra_op_num_threads)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.6])
+def test_voice_chains_side_by_side_match_one_after_the_other(
+    tiny_engine_dir: Path, voice_wav: Path, voice_wav2: Path, alpha: float
+) -> None:
+    """On >= 2 CPU threads the speaker and emotion chains of a voice run concurrently, each of their
+    sessions on half the threads; the conditioning is that of the sequential path (1 thread)."""
+    side = IndexTTS2Engine.load(tiny_engine_dir, threads=2)
+    alone = IndexTTS2Engine.load(tiny_engine_dir, threads=1)
+    assert side.voice_chains_side_by_side and not alone.voice_chains_side_by_side
+    got, want = (
+        e.voice_conditioning(e.speaker_audio(voice_wav), e.emotion_audio(voice_wav2), alpha=alpha)
+        for e in (side, alone)
+    )
+    for k, v in want.arrays().items():
+        np.testing.assert_allclose(got.arrays()[k], v, rtol=1e-5, atol=1e-6, err_msg=k)
+    assert side.times.calls["w2v_bert"] == 2
+    side.open_all()
+    halves = {"w2v_bert", "speaker_conditioner", "emotion_conditioner"}
+    assert {n: _threads(s) for n, s in side._sessions.items() if n in halves} == dict.fromkeys(halves, 1)
+    assert all(_threads(s) == 2 for n, s in side._sessions.items() if n not in halves)
+    side.close()
+    assert side._voice_side is None

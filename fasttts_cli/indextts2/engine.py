@@ -25,8 +25,10 @@ Composite helpers (`features`, `voice_conditioning`, `codes_to_wavs`) chain them
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -57,6 +59,12 @@ CODEC_VQ2EMB = "codec_vq2emb"
 CAMPPLUS = "campplus"
 SPEAKER_CONDITIONER = "speaker_conditioner"
 EMOTION_CONDITIONER = "emotion_conditioner"
+# A voice's preparation is two independent chains, the speaker's (w2v-BERT, codec, mel, CAMPPlus,
+# conditioner) and the emotion reference's (w2v-BERT, emotion conditioner). On the CPU they run side
+# by side, each of these sessions on half the threads: at the reference's ~200 frames the GEMMs scale
+# poorly past one thread per chain (both w2v-BERT passes: 1.86-1.88 s side by side on 1 + 1 threads
+# against 2.07-2.18 s one after the other on 2, same outputs).
+VOICE_CHAIN_SESSIONS = (W2V_BERT, SPEAKER_CONDITIONER, EMOTION_CONDITIONER)
 GPT_TRUNK = "gpt_trunk"
 S2MEL_CONTENT = "s2mel_content"
 LENGTH_REGULATOR = "length_regulator"
@@ -168,10 +176,12 @@ class CFMInputs:
 
 @dataclass
 class StageTimes:
-    """Wall time per stage (seconds, summed over calls) and call counts; the bench reads these."""
+    """Wall time per stage (seconds, summed over calls) and call counts; the bench reads these. Stages
+    that run side by side (a voice's two chains) each count their own wall time."""
 
     seconds: dict[str, float] = field(default_factory=dict)
     calls: dict[str, int] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @contextmanager
     def time(self, stage: str) -> Iterator[None]:
@@ -179,8 +189,10 @@ class StageTimes:
         try:
             yield
         finally:
-            self.seconds[stage] = self.seconds.get(stage, 0.0) + time.perf_counter() - t0
-            self.calls[stage] = self.calls.get(stage, 0) + 1
+            dt = time.perf_counter() - t0
+            with self._lock:
+                self.seconds[stage] = self.seconds.get(stage, 0.0) + dt
+                self.calls[stage] = self.calls.get(stage, 0) + 1
 
     def reset(self) -> None:
         self.seconds.clear()
@@ -284,6 +296,8 @@ class IndexTTS2Engine:
         self._mats: emo.EmotionMatrices | None = None
         self._text: Any = None
         self._cfm_cache: dict[tuple[int, float, str, str], Any] = {}
+        self._voice_side: ThreadPoolExecutor | None = None
+        self._open_lock = threading.Lock()
 
     # ------------------------------------------------------------------------------- loading
 
@@ -305,23 +319,43 @@ class IndexTTS2Engine:
 
     def session(self, name: str) -> Session:
         s = self._sessions.get(name)
-        if s is None:
-            comp = self.manifest.components[name]
+        if s is not None:
+            return s
+        with self._open_lock:  # a voice's two chains may ask for the same session at once
+            s = self._sessions.get(name)
+            return s if s is not None else self._open(name)
+
+    def _open(self, name: str) -> Session:
+        comp = self.manifest.components[name]
+        opts = self.options
+        if name == GPT_TRUNK:
             # the trunk runs back to back (one call per generated token): its workers may keep spinning
-            opts = replace(self.options, spin_after_run=True) if name == GPT_TRUNK else self.options
-            s = open_session(self.folder / comp.file, comp.backend, opts)
-            want_in, want_out = required_io(self.layers, trtllm_gpt=self.trtllm_gpt)[name]
-            have_in = {i.name for i in s.inputs}
-            have_out = {o.name for o in s.outputs}
-            if not io_matches(name, self.layers, have_in, have_out):
-                raise EngineMismatchError(
-                    f"{self.folder / comp.file}: component {name!r} has inputs {sorted(have_in)} and "
-                    f"outputs {sorted(have_out)}; this runtime feeds {list(want_in)} and reads "
-                    f"{list(want_out)}",
-                    hint="rebuild the engine with this version of `fasttts build`",
-                )
-            self._sessions[name] = s
+            opts = replace(opts, spin_after_run=True)
+        elif name in VOICE_CHAIN_SESSIONS and self.voice_chains_side_by_side:
+            opts = replace(opts, threads=max(1, opts.resolved_threads() // 2))
+        s = open_session(self.folder / comp.file, comp.backend, opts)
+        want_in, want_out = required_io(self.layers, trtllm_gpt=self.trtllm_gpt)[name]
+        have_in = {i.name for i in s.inputs}
+        have_out = {o.name for o in s.outputs}
+        if not io_matches(name, self.layers, have_in, have_out):
+            raise EngineMismatchError(
+                f"{self.folder / comp.file}: component {name!r} has inputs {sorted(have_in)} and "
+                f"outputs {sorted(have_out)}; this runtime feeds {list(want_in)} and reads "
+                f"{list(want_out)}",
+                hint="rebuild the engine with this version of `fasttts build`",
+            )
+        self._sessions[name] = s
         return s
+
+    @property
+    def voice_chains_side_by_side(self) -> bool:
+        """Whether a voice's speaker and emotion chains run concurrently (CPU sessions, >= 2 threads)."""
+        cpu = all(
+            self.manifest.components[n].backend == "onnxruntime-cpu"
+            for n in VOICE_CHAIN_SESSIONS
+            if n in self.manifest.components
+        )
+        return cpu and self.options.resolved_threads() >= 2
 
     def open_all(self) -> None:
         for name in required_io(self.layers, trtllm_gpt=self.trtllm_gpt):
@@ -389,6 +423,9 @@ class IndexTTS2Engine:
         return self.embeddings.max_codes
 
     def close(self) -> None:
+        if self._voice_side is not None:
+            self._voice_side.shutdown(wait=True)
+            self._voice_side = None
         self._sessions.clear()
         self._decoder = None
         if self._trtllm is not None:
@@ -502,13 +539,25 @@ class IndexTTS2Engine:
         """All of a voice's conditioning. `emotion_16k`: the emotion reference on the emotion path (the
         speaker file itself by default). With `vector`, the original drops the emotion reference (the
         speaker audio with alpha 1 stands in) and scales the vector by alpha instead."""
+        blend = 1.0 if vector is not None else alpha
+        side = self._emotion_chain(emotion_16k) if self.voice_chains_side_by_side else None
         f = self.features(speaker)
         latents = self.speaker_conditioning(f.spk_cond_emb)
-        emo_cond = self.w2v_bert(emotion_16k)
-        emovec = self.emotion_vector(emo_cond, f.spk_cond_emb, 1.0 if vector is not None else alpha)
+        if side is None:
+            emovec = self.emotion_vector(self.w2v_bert(emotion_16k), f.spk_cond_emb, blend)
+        else:
+            base = None if blend == 1.0 else self.emovec_of(f.spk_cond_emb)
+            emo_vec = side.result()
+            emovec = emo_vec if base is None else emo.blend_emovec(base[None], emo_vec[None], blend)[0]
         if vector is not None:
             emovec = self.emotion_vector_mode(f.style, vector, emovec, alpha)
         return VoiceConditioning(latents, emovec, f.style, f.ref_mel, f.prompt_condition)
+
+    def _emotion_chain(self, emotion_16k: np.ndarray) -> Future[np.ndarray]:
+        """emovec_of(w2v_bert(emotion)) on the side thread (the main thread does the speaker chain)."""
+        if self._voice_side is None:
+            self._voice_side = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fasttts-voice")
+        return self._voice_side.submit(lambda: self.emovec_of(self.w2v_bert(emotion_16k)))
 
     def prefix(self, spk_latents: np.ndarray, emovec: np.ndarray, text_ids: Sequence[int]) -> GPTPrompt:
         """Stage 3.4: (num_latents + 2 + L + 2, D); with the GPT on TensorRT-LLM, the same line as the
