@@ -513,12 +513,15 @@ class IndexTTS2Engine:
         self, emo_cond_emb: np.ndarray, spk_cond_emb: np.ndarray, alpha: float = 1.0
     ) -> np.ndarray:
         """Stage 3.1: merge_emovec = base + alpha (emo - base), base from the speaker features."""
+        return self._merge_emovec(self.emovec_of(emo_cond_emb), spk_cond_emb, alpha)
+
+    def _merge_emovec(self, emo_vec: np.ndarray, spk_cond_emb: np.ndarray, alpha: float) -> np.ndarray:
         if alpha == 1.0:
             # base + (emo - base) is emo up to one rounding step: skip the speaker-side emotion
             # conditioner (about 10% of a voice's preparation) in the default case.
-            return self.emovec_of(emo_cond_emb)
+            return emo_vec
         base = self.emovec_of(spk_cond_emb)
-        return emo.blend_emovec(base[None], self.emovec_of(emo_cond_emb)[None], alpha)[0]
+        return emo.blend_emovec(base[None], emo_vec[None], alpha)[0]
 
     def emotion_vector_mode(
         self, style: np.ndarray, weights: Sequence[float], emovec: np.ndarray, alpha: float = 1.0
@@ -543,21 +546,20 @@ class IndexTTS2Engine:
         side = self._emotion_chain(emotion_16k) if self.voice_chains_side_by_side else None
         f = self.features(speaker)
         latents = self.speaker_conditioning(f.spk_cond_emb)
-        if side is None:
-            emovec = self.emotion_vector(self.w2v_bert(emotion_16k), f.spk_cond_emb, blend)
-        else:
-            base = None if blend == 1.0 else self.emovec_of(f.spk_cond_emb)
-            emo_vec = side.result()
-            emovec = emo_vec if base is None else emo.blend_emovec(base[None], emo_vec[None], blend)[0]
+        emo_vec = side.result() if side is not None else self._emotion_vec(emotion_16k)
+        emovec = self._merge_emovec(emo_vec, f.spk_cond_emb, blend)
         if vector is not None:
             emovec = self.emotion_vector_mode(f.style, vector, emovec, alpha)
         return VoiceConditioning(latents, emovec, f.style, f.ref_mel, f.prompt_condition)
 
     def _emotion_chain(self, emotion_16k: np.ndarray) -> Future[np.ndarray]:
-        """emovec_of(w2v_bert(emotion)) on the side thread (the main thread does the speaker chain)."""
+        """The emotion chain on the side thread (the main thread does the speaker chain)."""
         if self._voice_side is None:
             self._voice_side = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fasttts-voice")
-        return self._voice_side.submit(lambda: self.emovec_of(self.w2v_bert(emotion_16k)))
+        return self._voice_side.submit(self._emotion_vec, emotion_16k)
+
+    def _emotion_vec(self, emotion_16k: np.ndarray) -> np.ndarray:
+        return self.emovec_of(self.w2v_bert(emotion_16k))
 
     def prefix(self, spk_latents: np.ndarray, emovec: np.ndarray, text_ids: Sequence[int]) -> GPTPrompt:
         """Stage 3.4: (num_latents + 2 + L + 2, D); with the GPT on TensorRT-LLM, the same line as the
