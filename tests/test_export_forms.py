@@ -73,6 +73,55 @@ def test_relative_key_bias_equals_transformers_einsum() -> None:
     assert torch.allclose(got, want, atol=1e-5, rtol=1e-5)
 
 
+def test_conv_module_as_matmuls_equals_transformers_conv_module() -> None:
+    hf = pytest.importorskip("transformers.models.wav2vec2_bert.modeling_wav2vec2_bert")
+    from fasttts_cli.build.w2v_bert import _conv_module_as_matmuls, _conv_modules_as_matmuls
+
+    cfg = hf.Wav2Vec2BertConfig(hidden_size=24, conv_depthwise_kernel_size=5)
+    torch.manual_seed(0)
+    m = hf.Wav2Vec2BertConvolutionModule(cfg).eval()
+    x = torch.randn(2, 17, 24)
+    mask = torch.ones(2, 17, dtype=torch.int64)
+    mask[1, 11:] = 0
+    with torch.no_grad():
+        want = m(x, attention_mask=mask)
+        got = _conv_module_as_matmuls(m, x, mask)
+        with _conv_modules_as_matmuls():
+            routed = m(x, attention_mask=mask)
+        after = m(x, attention_mask=mask)
+    assert got.shape == want.shape
+    assert torch.allclose(got, want, atol=1e-6, rtol=1e-5)
+    assert torch.equal(routed, got)
+    assert torch.equal(after, want)  # the class's own forward is back
+
+
+@pytest.mark.parametrize(("input_size", "width"), [(64, 5), (64, 31), (64, 64), (17, 4)])
+def test_banded_subsampling_equals_one_wide_linear(input_size: int, width: int) -> None:
+    from fasttts_cli.build.conformer import (
+        ConformerConfig,
+        Conv2dSubsampling2,
+        subsampling_in_freq_groups,
+    )
+
+    torch.manual_seed(input_size + width)
+    sub = Conv2dSubsampling2(ConformerConfig(input_size, 8, 2, 16, 1, max_len=64)).eval()
+    keys = set(sub.state_dict())
+    x = torch.randn(2, 21, input_size)
+    with torch.no_grad():
+        want, pos_want = sub(x)
+        with subsampling_in_freq_groups(sub, width):
+            got, pos_got = sub(x)
+            bands = [n for n, _ in sub.named_buffers() if n.startswith("band_w")]
+        after, _ = sub(x)
+    bins = (input_size - 1) // 2
+    assert len(bands) == -(-bins // width)
+    assert got.shape == want.shape == (2, 10, 8)
+    assert torch.allclose(got, want, atol=1e-5, rtol=1e-5)
+    assert torch.equal(pos_got, pos_want)
+    assert torch.equal(after, want)
+    assert set(sub.state_dict()) == keys and sub.freq_group is None  # nothing left behind
+
+
 def test_dit_attention_additive_mask_equals_bool_mask() -> None:
     from types import SimpleNamespace
 

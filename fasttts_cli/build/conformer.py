@@ -10,6 +10,8 @@ per-block `norm_final` and a closing `after_norm`.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -29,7 +31,18 @@ class ConformerConfig:
 
 
 class Conv2dSubsampling2(nn.Module):
-    """Conv2d(1, d, 3, stride 2) + ReLU over the (T, F) image, then Linear(d * ((F-1)//2) -> d)."""
+    """Conv2d(1, d, 3, stride 2) + ReLU over the (T, F) image, then Linear(d * ((F-1)//2) -> d).
+
+    With `freq_group` set (see `subsampling_in_freq_groups`), the same function is computed one band
+    of output frequency bins at a time: each band's conv output goes through its slice of the Linear
+    and the partial products are summed. The full-width conv output is (d, T', F') floats, 104 MB for a
+    4 s reference and 390 MB for 15 s, and ONNX Runtime wrote it three times (conv, NCHWc reorder,
+    transpose); on a fresh process those pages cost more than the conv itself. Bands of 64 bins keep
+    each intermediate an eighth of that and reuse the same arena blocks. Only the summation order of
+    the Linear changes (relative differences ~1e-6).
+    """
+
+    freq_group: int | None = None
 
     def __init__(self, cfg: ConformerConfig) -> None:
         super().__init__()
@@ -40,11 +53,59 @@ class Conv2dSubsampling2(nn.Module):
         self.xscale = math.sqrt(d)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = self.conv(x.unsqueeze(1))  # (B, d, T', F')
-        b, c, t, f = x.shape
-        x = self.out(x.transpose(1, 2).reshape(b, t, c * f))
+        if self.freq_group is not None:
+            x = self._banded(x.unsqueeze(1), self.freq_group)
+        else:
+            x = self.conv(x.unsqueeze(1))  # (B, d, T', F')
+            b, c, t, f = x.shape
+            x = self.out(x.transpose(1, 2).reshape(b, t, c * f))
         # Legacy WeNet "rel_pos": the table goes to the attention as pos_emb, x is only scaled.
-        return x * self.xscale, self.pos_enc.pe[:, :t]
+        return x * self.xscale, self.pos_enc.pe[:, : x.shape[1]]
+
+    def _banded(self, x: torch.Tensor, width: int) -> torch.Tensor:
+        linear = self.out[0]
+        acc: torch.Tensor | None = None
+        for i, lo in enumerate(range(0, self._bins(), width)):
+            band = self.conv(x[..., 2 * lo : 2 * (lo + width) + 1])  # input bins 2f .. 2f+2 per f
+            b, c, t, f = band.shape
+            part = torch.matmul(band.transpose(1, 2).reshape(b, t, c * f), getattr(self, f"band_w{i}"))
+            acc = part if acc is None else acc + part
+        assert acc is not None
+        return acc + linear.bias
+
+    def _bins(self) -> int:
+        return self.out[0].in_features // self.conv[0].out_channels
+
+    def _band_weights(self, width: int) -> list[torch.Tensor]:
+        """Each band's slice of the Linear, transposed to (d * bins, d_out) so an exporter stores it
+        as a plain MatMul initializer (ONNX Runtime pre-packs those; a transposed one it would not)."""
+        linear, d = self.out[0], self.conv[0].out_channels
+        w = linear.weight.detach().view(linear.out_features, d, self._bins())  # index c * F' + f
+        return [
+            w[:, :, lo : lo + width].reshape(linear.out_features, -1).t().contiguous()
+            for lo in range(0, self._bins(), width)
+        ]
+
+
+FREQ_GROUP = 64  # output frequency bins per band in exported conditioners (511 bins -> 8 bands)
+
+
+@contextmanager
+def subsampling_in_freq_groups(module: nn.Module, width: int = FREQ_GROUP) -> Iterator[None]:
+    """Run every `Conv2dSubsampling2` under `module` band by band while the block is active (exports).
+    The band weights exist only meanwhile, as non-persistent buffers: state dicts never see them."""
+    subs = [m for m in module.modules() if isinstance(m, Conv2dSubsampling2)]
+    for m in subs:
+        for i, w in enumerate(m._band_weights(width)):
+            m.register_buffer(f"band_w{i}", w, persistent=False)
+        m.freq_group = width
+    try:
+        yield
+    finally:
+        for m in subs:
+            m.freq_group = None
+            for name in [n for n in m._buffers if n.startswith("band_w")]:
+                del m._buffers[name]
 
 
 class _PosTable(nn.Module):

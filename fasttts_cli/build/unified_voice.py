@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fasttts_cli.build.conformer import ConformerConfig, ConformerEncoder
+from fasttts_cli.build.conformer import ConformerConfig, ConformerEncoder, subsampling_in_freq_groups
 from fasttts_cli.build.perceiver import PerceiverConfig, PerceiverResampler
 from fasttts_cli.build.weights import strict_load, torch_load
 from fasttts_cli.errors import InputError
@@ -589,7 +589,8 @@ class SpeakerConditionerGraph(nn.Module):
         self.uv = uv
 
     def forward(self, feats: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        return self.uv.speaker_latents(feats, lengths)
+        with subsampling_in_freq_groups(self.uv.conditioning_encoder):
+            return self.uv.speaker_latents(feats, lengths)
 
 
 class EmotionConditionerGraph(nn.Module):
@@ -601,7 +602,8 @@ class EmotionConditionerGraph(nn.Module):
         self.uv = uv
 
     def forward(self, feats: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        return self.uv.emovec_of(feats, lengths)
+        with subsampling_in_freq_groups(self.uv.emo_conditioning_encoder):
+            return self.uv.emovec_of(feats, lengths)
 
 
 class TrunkGraph(nn.Module):

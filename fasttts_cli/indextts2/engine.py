@@ -59,9 +59,10 @@ CODEC_VQ2EMB = "codec_vq2emb"
 CAMPPLUS = "campplus"
 SPEAKER_CONDITIONER = "speaker_conditioner"
 EMOTION_CONDITIONER = "emotion_conditioner"
-# A voice's preparation is two independent chains, the speaker's (w2v-BERT, codec, mel, CAMPPlus,
-# conditioner) and the emotion reference's (w2v-BERT, emotion conditioner). On the CPU they run side
-# by side, each of these sessions on half the threads: at the reference's ~200 frames the GEMMs scale
+# A voice's preparation is two independent chains, the speaker's (w2v-BERT, conditioner, codec, mel,
+# length regulator) and the emotion reference's (w2v-BERT, emotion conditioner; CAMPPlus, which needs
+# only the audio, rides along to even the two out). On the CPU they run side by side, each of these
+# sessions on half the threads: at the reference's ~200 frames the GEMMs scale
 # poorly past one thread per chain (both w2v-BERT passes: 1.86-1.88 s side by side on 1 + 1 threads
 # against 2.07-2.18 s one after the other on 2, same outputs).
 VOICE_CHAIN_SESSIONS = (W2V_BERT, SPEAKER_CONDITIONER, EMOTION_CONDITIONER)
@@ -463,8 +464,9 @@ class IndexTTS2Engine:
 
     def style(self, audio_16k: np.ndarray) -> np.ndarray:
         """Stage 1.6: CAMPPlus style (style_dim,) from the mean-normalised Kaldi fbank."""
-        _, fbank = feat.campplus_fbank(audio_16k)
-        return self.session(CAMPPLUS).run(["style"], {"fbank": fbank[None]})["style"][0]
+        with self.times.time("speaker_features"):
+            _, fbank = feat.campplus_fbank(audio_16k)
+            return self.session(CAMPPLUS).run(["style"], {"fbank": fbank[None]})["style"][0]
 
     def length_regulator(self, x: np.ndarray, y_len: int) -> np.ndarray:
         """Stage 1.7 (prompt condition): (T, 1024) -> (y_len, C), nearest upsampling + conv stack."""
@@ -478,12 +480,17 @@ class IndexTTS2Engine:
     def features(self, audio: feat.SpeakerAudio) -> SpeakerFeatures:
         """Stages 1.2-1.7 for a speaker reference."""
         spk = self.w2v_bert(audio.audio_16k)
+        s_ref, mel, prompt = self._prompt_features(audio, spk)
+        return SpeakerFeatures(spk, s_ref, mel, self.style(audio.audio_16k), prompt)
+
+    def _prompt_features(
+        self, audio: feat.SpeakerAudio, spk_cond_emb: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(S_ref, ref_mel, prompt_condition): the CFM prompt side of a speaker reference."""
         with self.times.time("speaker_features"):
-            _, s_ref = self.codec_quantize(spk)
+            _, s_ref = self.codec_quantize(spk_cond_emb)
             mel = self.ref_mel(audio.audio_22k)
-            style = self.style(audio.audio_16k)
-            prompt = self.length_regulator(s_ref, mel.shape[1])
-        return SpeakerFeatures(spk, s_ref, mel, style, prompt)
+            return s_ref, mel, self.length_regulator(s_ref, mel.shape[1])
 
     # ------------------------------------------------------------------------------- stage 3: GPT
 
@@ -543,20 +550,32 @@ class IndexTTS2Engine:
         speaker file itself by default). With `vector`, the original drops the emotion reference (the
         speaker audio with alpha 1 stands in) and scales the vector by alpha instead."""
         blend = 1.0 if vector is not None else alpha
-        side = self._emotion_chain(emotion_16k) if self.voice_chains_side_by_side else None
-        f = self.features(speaker)
-        latents = self.speaker_conditioning(f.spk_cond_emb)
-        emo_vec = side.result() if side is not None else self._emotion_vec(emotion_16k)
-        emovec = self._merge_emovec(emo_vec, f.spk_cond_emb, blend)
+        if self.voice_chains_side_by_side:
+            side = self._side_chain(emotion_16k, speaker.audio_16k)
+            spk = self.w2v_bert(speaker.audio_16k)
+            latents = self.speaker_conditioning(spk)
+            _, mel, prompt = self._prompt_features(speaker, spk)
+            emo_vec, style = side.result()
+        else:
+            f = self.features(speaker)
+            spk, mel, style, prompt = f.spk_cond_emb, f.ref_mel, f.style, f.prompt_condition
+            latents = self.speaker_conditioning(spk)
+            emo_vec = self._emotion_vec(emotion_16k)
+        emovec = self._merge_emovec(emo_vec, spk, blend)
         if vector is not None:
-            emovec = self.emotion_vector_mode(f.style, vector, emovec, alpha)
-        return VoiceConditioning(latents, emovec, f.style, f.ref_mel, f.prompt_condition)
+            emovec = self.emotion_vector_mode(style, vector, emovec, alpha)
+        return VoiceConditioning(latents, emovec, style, mel, prompt)
 
-    def _emotion_chain(self, emotion_16k: np.ndarray) -> Future[np.ndarray]:
-        """The emotion chain on the side thread (the main thread does the speaker chain)."""
+    def _side_chain(
+        self, emotion_16k: np.ndarray, speaker_16k: np.ndarray
+    ) -> Future[tuple[np.ndarray, np.ndarray]]:
+        """The emotion chain, then CAMPPlus, on the side thread while the main thread does the rest of
+        the speaker chain. CAMPPlus needs only the audio; it goes to the side because the speaker's own
+        tail (conditioner, codec, length regulator) is the longer one: 0.57 s against 0.42 s after the
+        w2v-BERT passes, full size, on 1 thread each."""
         if self._voice_side is None:
             self._voice_side = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fasttts-voice")
-        return self._voice_side.submit(self._emotion_vec, emotion_16k)
+        return self._voice_side.submit(lambda: (self._emotion_vec(emotion_16k), self.style(speaker_16k)))
 
     def _emotion_vec(self, emotion_16k: np.ndarray) -> np.ndarray:
         return self.emovec_of(self.w2v_bert(emotion_16k))
