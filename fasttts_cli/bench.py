@@ -10,7 +10,8 @@ existing engine (the eager side then needs `--checkpoint`, since the runtime nev
 
 Both sides get the same work, from the same weights, in the same process:
 - voice preparation of a synthetic reference voice (w2v-BERT on the speaker and the emotion path, codec,
-  CAMPPlus, prompt condition, both conditioners);
+  CAMPPlus, prompt condition, both conditioners; the eager side runs all of w2v-BERT's layers, as the
+  original does, where ours stops at layer 17, the one both read);
 - per line: prefill, exactly N generated tokens (the stop token is masked out: timing only) at 1 and 3
   beams, the latent pass, s2mel (content + CFM; `s2mel_steps_timed` steps are run and the per-step time is
   scaled to the preset's step count), BigVGAN.
@@ -360,7 +361,8 @@ def bench_eager(
     """Our PyTorch modules driven the original's way: one line at a time, batch 1 (beams as rows)."""
     import torch
 
-    from fasttts_cli.build.checkpoint import load_checkpoint
+    from fasttts_cli.build.checkpoint import CheckpointPaths, load_checkpoint, load_config
+    from fasttts_cli.build.w2v_bert import load_w2v_bert
     from fasttts_cli.indextts2 import features as feat
     from fasttts_cli.indextts2.engine import NoStopDecoder, segment_seed_generator
     from fasttts_cli.indextts2.sampling import SamplingParams
@@ -370,13 +372,19 @@ def bench_eager(
         torch.set_num_threads(opts.threads)
     t_load, m = _timed(lambda: load_checkpoint(checkpoint))
     uv, s2 = m.gpt, m.s2mel
+    # The original runs every w2v-BERT layer (24 as released) and reads layer 17's output; our engine
+    # stops at 17. The eager side pays the original's price, as the targets are stated against it.
+    m.w2v_bert = None  # the 17-layer copy is not used here
+    paths = CheckpointPaths(Path(checkpoint))
+    rp = paths.resolve(load_config(paths.config_path))
+    w2v_all = load_w2v_bert(rp.w2v_bert, rp.w2v_stat, all_layers=True)
     speaker = feat.load_speaker_audio(voice)
     emo16 = feat.load_emotion_audio(voice)
 
     def voice_prep() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         def w2v(a16: np.ndarray) -> torch.Tensor:
             x, mask = feat.w2v_bert_features(a16)
-            return m.w2v_bert(torch.from_numpy(x), torch.from_numpy(mask))
+            return w2v_all(torch.from_numpy(x), torch.from_numpy(mask))
 
         spk = w2v(speaker.audio_16k)
         emo = w2v(emo16)
@@ -401,6 +409,7 @@ def bench_eager(
         "load_s": t_load,
         "voice_prep_cold_s": t_cold,
         "voice_prep_s": t_voice,
+        "w2v_layers_run": w2v_all.depth,
         "tokens": n,
         "ms_per_token": {},
     }
@@ -637,6 +646,12 @@ def format_table(result: dict[str, Any]) -> str:
         f"s2mel {ours['s2mel_steps']} steps (per-step time from {o['s2mel_steps_timed']} timed steps), "
         f"cpus {result['machine']['cpus']}, threads {o['threads'] or 'all'}"
         + (f", median of {o['rounds']} rounds (ours, eager, alternating)" if o.get("rounds", 1) > 1 else "")
+        + (
+            f"; eager voice prep runs all {eager['w2v_layers_run']} w2v-BERT layers as the original does "
+            "(ours stops at the one it reads)"
+            if eager and eager.get("w2v_layers_run")
+            else ""
+        )
     )
     if "build" in result:
         b = result["build"]

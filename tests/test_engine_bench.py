@@ -74,6 +74,7 @@ def test_bench_on_tiny_engine(tiny_engine_dir: Path, tiny_checkpoint_dir: Path, 
         assert row["s2mel_s"] > row["s2mel_step_s"] * 24
     assert np.isclose(eager["audio_s"], 256 * frames_for(4) / 22050)
     assert eager["voice_prep_s"] > 0 and ours["voice_prep_s"] > 0
+    assert eager["w2v_layers_run"] >= 17  # every layer the checkpoint's config has, as the original
     assert eager["peak_rss_mb"] >= ours["peak_rss_mb"] > 0
     table = format_table(r)
     for label in (

@@ -82,6 +82,23 @@ def test_w2v_bert_cut_at_17_matches_transformers(tiny_w2v) -> None:
     assert (got[1, :15] - alone[0]).abs().max().item() < 1e-4
 
 
+def test_w2v_bert_all_layers_runs_the_originals_depth_and_reads_17(tiny_w2v) -> None:
+    """The bench's eager side: every layer built and run (as the original does), layer 17 read."""
+    from fasttts_cli.build.w2v_bert import load_w2v_bert
+
+    folder, stats_path, _ = tiny_w2v
+    cut, every = load_w2v_bert(folder, stats_path), load_w2v_bert(folder, stats_path, all_layers=True)
+    assert len(every.model.encoder.layers) == every.depth == 19 and every.layer == 17
+    feats = torch.randn(1, 20, 160, generator=_gen(3))
+    mask = torch.ones(1, 20, dtype=torch.int64)
+    calls: list[int] = []
+    for i, block in enumerate(every.model.encoder.layers):
+        block.register_forward_hook(lambda *_, i=i: calls.append(i))
+    with torch.no_grad():
+        assert torch.equal(every(feats, mask), cut(feats, mask))
+    assert calls == list(range(19))
+
+
 def test_w2v_bert_missing_key_names_file_and_key(tiny_w2v) -> None:
     from fasttts_cli.build.w2v_bert import load_w2v_bert
 

@@ -89,9 +89,17 @@ class W2VBertFeatures(nn.Module):
     transformers does, so each row equals its unpadded computation on its valid frames.
     """
 
-    def __init__(self, model: nn.Module, mean: torch.Tensor, var: torch.Tensor, layer: int = W2V_LAYER):
+    def __init__(
+        self,
+        model: nn.Module,
+        mean: torch.Tensor,
+        var: torch.Tensor,
+        layer: int = W2V_LAYER,
+        depth: int | None = None,
+    ):
         super().__init__()
-        if len(model.encoder.layers) < layer:
+        self.depth = layer if depth is None else depth
+        if len(model.encoder.layers) < max(layer, self.depth):
             raise ValueError(f"w2v-BERT has {len(model.encoder.layers)} layers, layer {layer} is needed")
         self.model = model
         self.layer = layer
@@ -108,22 +116,26 @@ class W2VBertFeatures(nn.Module):
         h0 = h
         # additive key mask (B,1,1,T): 0 where valid, the dtype's minimum where padded
         key_mask = (~valid).to(h.dtype)[:, None, None, :] * torch.finfo(h.dtype).min
+        out = h
         with _matmul_relative_keys(), _conv_modules_as_matmuls():
-            for block in self.model.encoder.layers[: self.layer]:
+            # `depth` > `layer` runs the layers the original runs and discards (benchmarks only)
+            for i, block in enumerate(self.model.encoder.layers[: self.depth], start=1):
                 h = block(
                     h,
                     attention_mask=key_mask,
                     relative_position_embeddings=None,
                     conv_attention_mask=attention_mask,
                 )
-        return h0, h
+                if i == self.layer:
+                    out = h
+        return h0, out
 
     def forward(self, input_features: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         _, h = self.hidden(input_features, attention_mask)
         return (h - self.mean) / self.std
 
 
-def _w2v_config(folder: Path, layer: int):
+def _w2v_config(folder: Path, layer: int, depth: int | None = None):
     from transformers import Wav2Vec2BertConfig
 
     cfg_path = folder / "config.json"
@@ -137,22 +149,27 @@ def _w2v_config(folder: Path, layer: int):
         )
     if cfg.num_hidden_layers < layer:
         raise InputError(cfg_path, f"num_hidden_layers is {cfg.num_hidden_layers}; layer {layer} is needed")
-    cfg.num_hidden_layers = layer  # layers past `layer` are never built nor run
+    cfg.num_hidden_layers = layer if depth is None else min(depth, cfg.num_hidden_layers)
+    # layers past `layer` are never built nor run, unless a benchmark asks for the original's depth
     cfg.add_adapter = False
     cfg._attn_implementation = "eager"  # position bias + plain additive mask; traces/exports as matmuls
     return cfg
 
 
-def load_w2v_bert(folder: Path | str, stats_path: Path | str, layer: int = W2V_LAYER) -> W2VBertFeatures:
+def load_w2v_bert(
+    folder: Path | str, stats_path: Path | str, layer: int = W2V_LAYER, *, all_layers: bool = False
+) -> W2VBertFeatures:
     """Load `hf_cache/w2v-bert-2.0` (config.json + model.safetensors) and `wav2vec2bert_stats.pt`, strictly.
 
     Keys of encoder layers past `layer` are skipped; any other missing/unexpected key is an error naming it.
+    `all_layers` builds and runs every layer of the config, as the original does (only the benchmark's
+    eager side wants that: the output is the same layer-`layer` features, at the original's cost).
     """
     from safetensors.torch import load_file
     from transformers import Wav2Vec2BertModel
 
     folder, stats_path = Path(folder), Path(stats_path)
-    cfg = _w2v_config(folder, layer)
+    cfg = _w2v_config(folder, layer, depth=10**6 if all_layers else None)
     weights = folder / "model.safetensors"
     if not weights.is_file():
         raise InputError(weights, "file not found", hint="the w2v-bert-2.0 folder needs model.safetensors")
@@ -162,7 +179,7 @@ def load_w2v_bert(folder: Path | str, stats_path: Path | str, layer: int = W2V_L
     with torch.device("meta"):
         model = Wav2Vec2BertModel(cfg)
     model = model.to_empty(device="cpu")
-    skip = [f"encoder.layers.{i}." for i in range(layer, n_file)]
+    skip = [f"encoder.layers.{i}." for i in range(cfg.num_hidden_layers, n_file)]
     strict_load(model, state, weights, ignore=skip)
     model.eval()
 
@@ -173,4 +190,4 @@ def load_w2v_bert(folder: Path | str, stats_path: Path | str, layer: int = W2V_L
     for k in ("mean", "var"):
         if stats[k].numel() != hidden:
             raise InputError(stats_path, f"'{k}' has {stats[k].numel()} values, w2v-BERT width is {hidden}")
-    return W2VBertFeatures(model, stats["mean"], stats["var"], layer).eval()
+    return W2VBertFeatures(model, stats["mean"], stats["var"], layer, cfg.num_hidden_layers).eval()
