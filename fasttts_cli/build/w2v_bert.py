@@ -56,8 +56,9 @@ def _matmul_relative_keys() -> Iterator[None]:
 
 def _conv_module_as_matmuls(module: nn.Module, hidden_states: torch.Tensor, attention_mask=None):
     """transformers' conformer convolution module with its two pointwise (kernel 1) convolutions as
-    matmuls on the (B, T, C) layout. Same function; ONNX Runtime runs a kernel-1 Conv about 10% below
-    its MatMul rate here and needs two extra (C, T) <-> (T, C) transposes around the LayerNorm."""
+    matmuls on the (B, T, C) layout. Same function; ONNX Runtime runs a kernel-1 Conv below its MatMul
+    rate and needs two more (C, T) <-> (T, C) transposes around the LayerNorm (4 full-size modules at
+    199 frames on 1 thread, 60 alternating runs: 72.5 -> 66.7 ms)."""
     h = module.layer_norm(hidden_states)
     if attention_mask is not None:
         h = h.masked_fill(~attention_mask.bool().unsqueeze(-1), 0.0)
@@ -135,7 +136,7 @@ class W2VBertFeatures(nn.Module):
         return (h - self.mean) / self.std
 
 
-def _w2v_config(folder: Path, layer: int, depth: int | None = None):
+def _w2v_config(folder: Path, layer: int, all_layers: bool = False):
     from transformers import Wav2Vec2BertConfig
 
     cfg_path = folder / "config.json"
@@ -149,8 +150,8 @@ def _w2v_config(folder: Path, layer: int, depth: int | None = None):
         )
     if cfg.num_hidden_layers < layer:
         raise InputError(cfg_path, f"num_hidden_layers is {cfg.num_hidden_layers}; layer {layer} is needed")
-    cfg.num_hidden_layers = layer if depth is None else min(depth, cfg.num_hidden_layers)
-    # layers past `layer` are never built nor run, unless a benchmark asks for the original's depth
+    if not all_layers:  # layers past `layer` are never built nor run (benchmarks may ask for them)
+        cfg.num_hidden_layers = layer
     cfg.add_adapter = False
     cfg._attn_implementation = "eager"  # position bias + plain additive mask; traces/exports as matmuls
     return cfg
@@ -169,7 +170,7 @@ def load_w2v_bert(
     from transformers import Wav2Vec2BertModel
 
     folder, stats_path = Path(folder), Path(stats_path)
-    cfg = _w2v_config(folder, layer, depth=10**6 if all_layers else None)
+    cfg = _w2v_config(folder, layer, all_layers)
     weights = folder / "model.safetensors"
     if not weights.is_file():
         raise InputError(weights, "file not found", hint="the w2v-bert-2.0 folder needs model.safetensors")
