@@ -97,6 +97,47 @@ def test_verification_catches_a_wrong_graph(tiny: Path, tmp_path: Path) -> None:
         verify_graph(spec, path)
 
 
+def test_conditioners_export_band_by_band(
+    tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Several subsampling bands (the tiny model has fewer bins than one full-size band): each band is
+    its own plain MatMul initializer, and ONNX Runtime matches the module's one wide Linear."""
+    import onnx
+
+    from fasttts_cli.build import conformer
+
+    mods = load_checkpoint(tiny)
+    monkeypatch.setattr(conformer, "FREQ_GROUP", 4)
+    for name in ("speaker_conditioner", "emotion_conditioner"):
+        spec = next(s for s in engine_specs(mods, load_preset("cpu-fp32")) if s.name == name)
+        path = export_graph(spec, tmp_path)
+        enc = getattr(
+            mods.gpt,
+            "conditioning_encoder" if name == "speaker_conditioner" else "emo_conditioning_encoder",
+        )
+        linear, d = enc.embed.out[0], enc.embed.conv[0].out_channels
+        bins = linear.in_features // d
+        w = linear.weight.detach().view(linear.out_features, d, bins)
+        bands = [w[:, :, lo : lo + 4].reshape(linear.out_features, -1).t() for lo in range(0, bins, 4)]
+        assert len(bands) >= 3
+        inits = [onnx.numpy_helper.to_array(i) for i in onnx.load(str(path)).graph.initializer]
+        for band in bands:  # each band's slice of the Linear, as a plain MatMul weight
+            assert any(a.shape == band.shape and np.array_equal(a, band.numpy()) for a in inits)
+        wide = {tuple(linear.weight.shape), tuple(linear.weight.shape[::-1])}
+        assert not any(a.shape in wide for a in inits)  # the wide weight is gone
+        feats, lengths = spec.make_inputs(2, 37, torch.Generator().manual_seed(5))
+        with torch.no_grad():  # outside the wrapper: the module's own wide Linear
+            want = (
+                mods.gpt.speaker_latents(feats, lengths)
+                if name == "speaker_conditioner"
+                else mods.gpt.emovec_of(feats, lengths)
+            ).numpy()
+        got = OrtSession(path, SessionOptions()).run(
+            spec.output_names, {"features": feats.numpy(), "lengths": lengths.numpy()}
+        )[spec.output_names[0]]
+        assert rel(got, want) < 1e-5, name
+
+
 def test_tiny_engine_decodes(tiny_engine: Path) -> None:
     m = read_manifest(tiny_engine)
     g = m.config["gpt"]

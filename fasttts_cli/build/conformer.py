@@ -91,9 +91,11 @@ FREQ_GROUP = 64  # output frequency bins per band in exported conditioners (511 
 
 
 @contextmanager
-def subsampling_in_freq_groups(module: nn.Module, width: int = FREQ_GROUP) -> Iterator[None]:
-    """Run every `Conv2dSubsampling2` under `module` band by band while the block is active (exports).
-    The band weights exist only meanwhile, as non-persistent buffers: state dicts never see them."""
+def subsampling_in_freq_groups(module: nn.Module, width: int | None = None) -> Iterator[None]:
+    """Run every `Conv2dSubsampling2` under `module` band by band (`width` bins, default `FREQ_GROUP`)
+    while the block is active (exports). The band weights exist only meanwhile, as non-persistent
+    buffers: state dicts never see them."""
+    width = FREQ_GROUP if width is None else width
     subs = [m for m in module.modules() if isinstance(m, Conv2dSubsampling2)]
     for m in subs:
         for i, w in enumerate(m._band_weights(width)):
