@@ -550,17 +550,11 @@ class IndexTTS2Engine:
         speaker file itself by default). With `vector`, the original drops the emotion reference (the
         speaker audio with alpha 1 stands in) and scales the vector by alpha instead."""
         blend = 1.0 if vector is not None else alpha
-        if self.voice_chains_side_by_side:
-            side = self._side_chain(emotion_16k, speaker.audio_16k)
-            spk = self.w2v_bert(speaker.audio_16k)
-            latents = self.speaker_conditioning(spk)
-            _, mel, prompt = self._prompt_features(speaker, spk)
-            emo_vec, style = side.result()
-        else:
-            f = self.features(speaker)
-            spk, mel, style, prompt = f.spk_cond_emb, f.ref_mel, f.style, f.prompt_condition
-            latents = self.speaker_conditioning(spk)
-            emo_vec = self._emotion_vec(emotion_16k)
+        side = self._side_chain(emotion_16k, speaker.audio_16k) if self.voice_chains_side_by_side else None
+        spk = self.w2v_bert(speaker.audio_16k)
+        latents = self.speaker_conditioning(spk)
+        _, mel, prompt = self._prompt_features(speaker, spk)
+        emo_vec, style = side.result() if side else self._side_work(emotion_16k, speaker.audio_16k)
         emovec = self._merge_emovec(emo_vec, spk, blend)
         if vector is not None:
             emovec = self.emotion_vector_mode(style, vector, emovec, alpha)
@@ -575,10 +569,11 @@ class IndexTTS2Engine:
         w2v-BERT passes, full size, on 1 thread each."""
         if self._voice_side is None:
             self._voice_side = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fasttts-voice")
-        return self._voice_side.submit(lambda: (self._emotion_vec(emotion_16k), self.style(speaker_16k)))
+        return self._voice_side.submit(self._side_work, emotion_16k, speaker_16k)
 
-    def _emotion_vec(self, emotion_16k: np.ndarray) -> np.ndarray:
-        return self.emovec_of(self.w2v_bert(emotion_16k))
+    def _side_work(self, emotion_16k: np.ndarray, speaker_16k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(emotion conditioner's emovec, CAMPPlus style)."""
+        return self.emovec_of(self.w2v_bert(emotion_16k)), self.style(speaker_16k)
 
     def prefix(self, spk_latents: np.ndarray, emovec: np.ndarray, text_ids: Sequence[int]) -> GPTPrompt:
         """Stage 3.4: (num_latents + 2 + L + 2, D); with the GPT on TensorRT-LLM, the same line as the
