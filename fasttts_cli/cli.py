@@ -250,6 +250,10 @@ def dub(
     name_prefix: Annotated[
         bool, typer.Option("--name-prefix", help="Read 'Name: text' prefixes as speakers.")
     ] = False,
+    strict_voices: Annotated[
+        bool,
+        typer.Option("--strict-voices", help="A --voice NAME= that matches no speaker is an error (exit 2)."),
+    ] = False,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Lines per synthesis batch.")] = 8,
     max_batch_tokens: Annotated[
         int, typer.Option("--max-batch-tokens", help="Padded tokens per batch.")
@@ -311,6 +315,7 @@ def dub(
         preset=preset,
         input_format=input_format,
         name_prefix=name_prefix,
+        strict_voices=strict_voices,
         batch_size=batch_size,
         max_batch_tokens=max_batch_tokens,
         seed=seed,
@@ -400,6 +405,7 @@ def inspect(
     engine: EngineOpt = None,
     input_format: Annotated[str | None, typer.Option("--format")] = None,
     name_prefix: Annotated[bool, typer.Option("--name-prefix")] = False,
+    strict_voices: Annotated[bool, typer.Option("--strict-voices")] = False,
     batch_size: Annotated[int, typer.Option("--batch-size")] = 8,
     max_batch_tokens: Annotated[int, typer.Option("--max-batch-tokens")] = 2000,
     max_speedup: Annotated[float, typer.Option("--max-speedup")] = 1.25,
@@ -419,6 +425,7 @@ def inspect(
         engine=engine,
         input_format=input_format,
         name_prefix=name_prefix,
+        strict_voices=strict_voices,
         batch_size=batch_size,
         max_batch_tokens=max_batch_tokens,
         max_speedup=max_speedup,
@@ -462,6 +469,8 @@ def _print_inspect(r: dict[str, Any]) -> None:
         f"forecast at {r['forecast']['chars_per_second']} chars/s: max factor {s['max_factor']}, "
         f"{s['actions'].get('shifted', 0)} shifted, {s['overflowing']} overflowing"
     )
+    for w in r.get("warnings", []):
+        con.print(f"warning: {w}", style="yellow")
 
 
 # ---- presets -------------------------------------------------------------------------------------

@@ -70,6 +70,7 @@ class DubOptions:
     input_format: str | None = None
     emotion: EmotionSpec | None = None  # --emotion-audio / --emotion-vector / --emotion-alpha, every voice
     name_prefix: bool = False
+    strict_voices: bool = False  # a --voice NAME= that matches no speaker is an error, not a warning
     batch_size: int = 8
     max_batch_tokens: int = 2000
     seed: int = 0
@@ -343,6 +344,7 @@ class JobInputs:
     only: set[int] | None
     media: Any  # probe.MediaInfo of --video, or None
     untimed: bool  # plain text: slots come from the synthesized durations
+    voice_warnings: list[str] = field(default_factory=list)  # --voice NAME= that matches no speaker
 
 
 def read_inputs(o: DubOptions) -> JobInputs:
@@ -350,7 +352,7 @@ def read_inputs(o: DubOptions) -> JobInputs:
     from fasttts_cli.plan import parse_only
     from fasttts_cli.probe import probe, require_video
     from fasttts_cli.readers import layout_untimed, read_script
-    from fasttts_cli.speakers import check_voices, parse_voice_flags
+    from fasttts_cli.speakers import check_voices, parse_voice_flags, voice_name_problems
 
     cues = read_script(o.script, fmt=o.input_format, name_prefix=o.name_prefix)
     untimed = any(c.start is None or c.end is None for c in cues)
@@ -358,6 +360,9 @@ def read_inputs(o: DubOptions) -> JobInputs:
         # Provisional slots for planning; after synthesis they are re-laid from the real durations.
         cues = layout_untimed(cues)
     vm = parse_voice_flags(o.voices)
+    voice_warnings = voice_name_problems(cues, vm)
+    if voice_warnings and o.strict_voices:
+        raise UsageError(voice_warnings[0], hint="fix the name, or leave out --strict-voices to only warn")
     check_voices(cues, vm)
     only = None
     if o.only:
@@ -373,7 +378,7 @@ def read_inputs(o: DubOptions) -> JobInputs:
     media = require_video(o.video) if o.video is not None else None
     if o.background is not None:
         probe(o.background)
-    return JobInputs(cues, vm, only, media, untimed)
+    return JobInputs(cues, vm, only, media, untimed, voice_warnings)
 
 
 def _plan(
@@ -408,6 +413,8 @@ def run_dub(
     validate_options(o)
     with rep.stage("read"):
         job = read_inputs(o)
+    for w in job.voice_warnings:
+        rep.warn(w)
     paths = resolve_outputs(o)
     check_writable(paths.media.parent, "-o/--output" if o.output else "--output-dir")
     check_writable(paths.work_dir, "--work-dir")
@@ -1029,6 +1036,7 @@ def inspect_job(o: DubOptions) -> dict[str, Any]:
             for ln in plan.lines
         ],
         "no_speech": list(plan.skipped),
+        "warnings": job.voice_warnings,
         "speakers": speakers,
         "batches": [
             {"index": b.index, "voice": str(b.voice), "lines": list(b.line_indices)} for b in plan.batches

@@ -6,6 +6,7 @@ speaker), because the same script often spells a name differently across tools.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -118,3 +119,23 @@ def unused_voices(cues: Iterable[Cue], vm: VoiceMap) -> list[str]:
     """Named voices that match no speaker in the cues (likely a typo in --voice NAME=...); for a warning."""
     keys = set(speakers_found(cues))
     return [name for name in vm.named if speaker_key(name) not in keys]
+
+
+def voice_name_problems(cues: Iterable[Cue], vm: VoiceMap) -> list[str]:
+    """One message per `--voice NAME=` that matches no speaker, naming the closest speaker found: a typo
+    there is silent otherwise (the speaker falls back to the default voice, or to no voice at all)."""
+    found = speakers_found(cues)
+    names = {key: name for key, (name, _) in found.items() if key is not None and name is not None}
+    problems = []
+    for given in unused_voices(cues, vm):
+        close = difflib.get_close_matches(speaker_key(given) or "", list(names), n=1, cutoff=0.6)
+        if close:
+            target = names[close[0]]
+            fallback = f"the default voice {vm.default}" if vm.default else "no voice of its own"
+            suggestion = f"; the closest speaker is {target!r}, which gets {fallback}"
+        elif names:
+            suggestion = f"; speakers found: {', '.join(sorted(names.values())[:12])}"
+        else:
+            suggestion = "; the script names no speakers"
+        problems.append(f"--voice {given}=...: no speaker {given!r} in the script{suggestion}")
+    return problems
