@@ -491,7 +491,7 @@ def presets(json_out: JsonOpt = False, quiet: QuietOpt = False, verbose: Verbose
         for col in ("name", "needs", "here", "description"):
             t.add_column(col)
         for p in r["presets"]:
-            here = "run+build" if p.get("can_build") else ("run" if p.get("can_run") else "no")
+            here = _HERE[bool(p.get("can_build")), bool(p.get("can_run"))]
             t.add_row(p["name"], p["needs"], here, p["description"])
         con = Console(soft_wrap=True)
         con.print(t)
@@ -500,6 +500,15 @@ def presets(json_out: JsonOpt = False, quiet: QuietOpt = False, verbose: Verbose
                 con.print(f"{p['name']}: missing {m}", markup=False, highlight=False)
 
     return _execute(json_out, _verbosity(quiet, verbose), None, "presets", body, human)
+
+
+# Building (torch + onnx) and running (the runtime, the GPU) need different things: say which holds.
+_HERE = {
+    (True, True): "build+run",
+    (True, False): "build only",
+    (False, True): "run only",
+    (False, False): "no",
+}
 
 
 def list_presets() -> dict[str, Any]:
@@ -891,7 +900,7 @@ def _sigterm(signum: int, frame: Any) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Console script entry: `fasttts`."""
-    args = list(sys.argv[1:] if argv is None else argv)
+    args = _hoist_global_flags(list(sys.argv[1:] if argv is None else argv))
     json_out = "--json" in args
     if argv is None:  # the console script, not an embedding program or a test
         with contextlib.suppress(ValueError):  # ValueError: not the main thread
@@ -935,6 +944,22 @@ _EXIT = _exc("Exit")
 
 def _command_of(args: list[str]) -> str:
     return next((a for a in args if not a.startswith("-")), "")
+
+
+# Flags every command takes, accepted before the command name too (`fasttts --json doctor`): scripts put
+# them where they put them for git or docker.
+_GLOBAL_FLAGS = frozenset({"--json", "-q", "--quiet", "-v", "-vv", "-vvv", "--verbose"})
+
+
+def _hoist_global_flags(args: list[str]) -> list[str]:
+    """Move the global flags written before the command name to just after it."""
+    cmd = next((i for i, a in enumerate(args) if not a.startswith("-")), None)
+    if cmd is None:
+        return args
+    lead = args[:cmd]
+    if not lead or any(a not in _GLOBAL_FLAGS for a in lead):
+        return args  # --version / --help / unknown flags: click reports them as before
+    return [args[cmd], *lead, *args[cmd + 1 :]]
 
 
 def _usage_hint(e: Exception) -> str | None:

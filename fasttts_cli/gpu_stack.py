@@ -483,11 +483,16 @@ class PresetStatus:
         return dict(self.__dict__)
 
 
+_STAGE_WORDS = {"build": "build", "run": "run", "both": "build and run"}
+
+
 def preset_status(preset: Preset, stack: GpuStack | None = None) -> PresetStatus:
     """Can this machine build / run `preset`, and if not, why (one line per missing thing)."""
     reqs = requirements(preset, stack)
     missing = [
-        f"{r.what}: {r.detail}" + (f" -> {r.install}" if r.install else "") for r in reqs if not r.present
+        f"{r.what} (to {_STAGE_WORDS[r.stage]}): {r.detail}" + (f" -> {r.install}" if r.install else "")
+        for r in reqs
+        if not r.present
     ]
     run_ok = all(r.present for r in reqs if r.stage in ("run", "both"))
     build_ok = all(r.present for r in reqs if r.stage in ("build", "both"))
