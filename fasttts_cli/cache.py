@@ -173,19 +173,22 @@ def _read_npy(path: Path, n_samples: int) -> np.ndarray:
             elif version in ((2, 0), (3, 0)):
                 shape, fortran, dtype = fmt.read_array_header_2_0(f)
             else:
-                raise _Damaged(f"its audio file has an unknown .npy version {version}")
+                raise _Damaged(f"its audio file is not a readable .npy (version {version})")
             if dtype != np.dtype("<f4") or fortran or len(shape) != 1:
                 raise _Damaged(f"its audio is {dtype} {shape}, not float32 mono")
             if shape[0] != n_samples:
                 raise _Damaged(f"its audio has {shape[0]} samples, its meta says {n_samples}")
-            data = f.read(4 * n_samples + 1)
+            size = os.fstat(f.fileno()).st_size - f.tell()
+            if size != 4 * n_samples:  # checked before reading: a bogus header must not allocate
+                what = "truncated" if size < 4 * n_samples else "longer than its header says"
+                raise _Damaged(f"its audio file is {what}")
+            data = f.read(4 * n_samples)
     except FileNotFoundError:
         raise _Damaged("its audio file is missing") from None
     except (OSError, ValueError, EOFError) as e:
         raise _Damaged(f"its audio file is not a readable .npy ({e})") from None
     if len(data) != 4 * n_samples:
-        what = "truncated" if len(data) < 4 * n_samples else "longer than its header says"
-        raise _Damaged(f"its audio file is {what}")
+        raise _Damaged("its audio file is truncated")  # shrank while being read
     return np.frombuffer(data, dtype="<f4").astype(np.float32, copy=False)
 
 
