@@ -81,7 +81,7 @@ class DiskArray:
             Path(folder).mkdir(parents=True, exist_ok=True)
             fd, self.path = create_partial(Path(folder) / "scratch.f32", prefix=prefix)
         except OSError as e:
-            raise write_failed(Path(folder) / f"{prefix}*.partial.f32", e) from None
+            raise write_failed(Path(folder) / f"{prefix}*.partial.f32", e, hint=self._hint(folder)) from None
         self._fd = fd
         self.channels = channels
         self.n = 0
@@ -90,12 +90,19 @@ class DiskArray:
     def _frame_bytes(self) -> int:
         return 4 * self.channels
 
+    @staticmethod
+    def _hint(folder: Path) -> str:
+        return (
+            f"that is scratch audio, removed when done: free some space in {folder} and run the same "
+            "command again (finished lines stay cached)"
+        )
+
     def resize(self, n: int) -> None:
         if n > self.n:
             try:
                 os.ftruncate(self._fd, n * self._frame_bytes())
             except OSError as e:
-                raise write_failed(self.path, e) from None
+                raise write_failed(self.path, e, hint=self._hint(self.path.parent)) from None
             self.n = n
 
     def read(self, start: int, stop: int) -> np.ndarray:
@@ -123,7 +130,7 @@ class DiskArray:
             while done < view.nbytes:
                 done += os.pwrite(self._fd, view[done:], offset + done)
         except OSError as e:
-            raise write_failed(self.path, e) from None
+            raise write_failed(self.path, e, hint=self._hint(self.path.parent)) from None
 
     def add(self, start: int, mono: np.ndarray) -> None:
         """Sum a mono clip into channel 0 of a mono array (read, add in float32, write back)."""

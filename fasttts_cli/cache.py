@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from fasttts_cli.partials import create_partial, write_failed
+from fasttts_cli.partials import WriteError, create_partial, write_failed
 
 WORK_SUFFIX = ".fasttts"
 KEY_VERSION = 1  # bump if the key recipe changes
@@ -278,8 +278,15 @@ class LineCache:
         # damaged entry goes first, so it can never pair with the new audio before the new meta lands.
         with contextlib.suppress(FileNotFoundError):
             meta_p.unlink()
-        atomic_write(npy, lambda f: f.write(buf.getbuffer()))
-        atomic_write_json(meta_p, full)
+        try:
+            atomic_write(npy, lambda f: f.write(buf.getbuffer()))
+            atomic_write_json(meta_p, full)
+        except WriteError as e:
+            e.hint = e.hint or (
+                f"the lines finished so far stay cached in {self.root.parent}: free some space (or fix the "
+                "folder) and run the same command again"
+            )
+            raise
         return CachedLine(key, audio, int(sample_rate), full)
 
     def keys(self) -> list[str]:
