@@ -4,17 +4,20 @@ Layout of `<stem>.fasttts/`:
     plan.json          the plan of the last run
     report.json        the per-line report of the last run
     lines/ab/<key>.npy float32 mono audio at the engine's sample rate
-    lines/ab/<key>.json meta: sample_rate, duration, n_tokens, hit_token_limit, seed, retries, ...
+    lines/ab/<key>.json meta: sample_rate, n_samples, dtype, shape, audio_sha256, duration, n_tokens, ...
     dub.wav            the final mix before muxing
+    .lock, .lock.owner one run at a time (worklock.py)
 
 A line's key is the sha256 of everything that can change its audio: normalized text, the voice key
 (reference audio hash + emotion), the synthesizer identity (model, engine build, preset, code
 version), the synthesis parameters and the seed. The seed itself comes from (text, voice, base
 seed), never from the line's position or batch-mates, so an edit re-renders only the edited lines.
 
-Every file is written to a temporary name in the same folder and renamed (atomic on POSIX), and a
-cache entry counts only once its .json (written last) exists: Ctrl-C or a kill at any point leaves
-either a complete entry or none.
+Every file is written to a partial name unique to the run (`partials.partial_path`) in the same folder and
+renamed (atomic on POSIX), and a cache entry counts only once its .json (written last) exists: Ctrl-C or a
+kill at any point leaves either a complete entry or none. The meta also records the audio's dtype, shape
+and sha256, and every read verifies them: an entry damaged by anything else (a truncated copy, a bad disk,
+an edit) is reported and re-synthesized, never used.
 """
 
 from __future__ import annotations
