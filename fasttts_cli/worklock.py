@@ -80,7 +80,7 @@ def hold_work_dir(work_dir: Path, *, wait: bool = True, rep: Any = None, poll: f
     work_dir.mkdir(parents=True, exist_ok=True)
     lock = FileLock(str(work_dir / LOCK_NAME))
     try:
-        lock.acquire(timeout=0)
+        _try(lock, timeout=0)
     except Timeout:
         owner = _owner_of_busy(work_dir)
         if not wait:
@@ -91,9 +91,9 @@ def hold_work_dir(work_dir: Path, *, wait: bool = True, rep: Any = None, poll: f
         if rep is not None:
             rep.warn(f"{locked_message(work_dir, owner)}: waiting for it to finish")
             with rep.stage("wait"):
-                lock.acquire(timeout=-1, poll_interval=poll)
+                _try(lock, timeout=-1, poll_interval=poll)
         else:
-            lock.acquire(timeout=-1, poll_interval=poll)
+            _try(lock, timeout=-1, poll_interval=poll)
     try:
         with contextlib.suppress(OSError, FastTTSError):  # advisory; the lock itself is held
             _write_owner(work_dir)
@@ -103,6 +103,21 @@ def hold_work_dir(work_dir: Path, *, wait: bool = True, rep: Any = None, poll: f
             if read_owner(work_dir).pid == os.getpid():
                 (work_dir / OWNER_NAME).unlink()
         lock.release()
+
+
+def _try(lock: FileLock, **kw: Any) -> None:
+    """Acquire, with the errors of a folder that cannot hold a lock as one line naming it (exit 2)."""
+    try:
+        lock.acquire(**kw)
+    except Timeout:  # an OSError too (TimeoutError): the caller's "busy" case
+        raise
+    except NotImplementedError:  # filelock < 4 on a filesystem without flock (some network mounts)
+        raise UsageError(
+            f"--work-dir: {lock.lock_file}: this filesystem does not support file locks",
+            hint="use a work folder on a local disk (--work-dir)",
+        ) from None
+    except OSError as e:
+        raise UsageError(f"--work-dir: cannot lock {lock.lock_file}: {e.strerror or e}") from None
 
 
 def _owner_of_busy(work_dir: Path, tries: int = 10) -> Owner:

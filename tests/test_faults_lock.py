@@ -248,3 +248,14 @@ def _dead_pid() -> int:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()
     return proc.pid
+
+
+def test_a_work_dir_that_cannot_hold_a_lock_is_exit_2_naming_the_flag(tmp_path: Path):
+    work = tmp_path / "w"
+    (work / ".lock").mkdir(parents=True)  # something else sits where the lock file goes
+    with (
+        pytest.raises(UsageError, match=r"--work-dir: cannot lock .*\.lock") as ei,
+        hold_work_dir(work, wait=False),
+    ):
+        pass
+    assert ei.value.exit_code == 2
