@@ -15,13 +15,14 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 
 import numpy as np
 import soundfile as sf
+
+from fasttts_cli.partials import create_partial, write_failed
 
 # Frames per block: about 5.5 s at 48 kHz, a few MB per channel per intermediate array.
 BLOCK = 1 << 18
@@ -71,12 +72,16 @@ class DiskArray:
     """Float32 frames `(n, channels)` in a temporary file in `folder`; removed on close.
 
     The file is sparse until written, so an unwritten range reads as silence and a long, mostly silent
-    timeline costs little disk."""
+    timeline costs little disk. Its name is `<prefix><pid>-<random>.partial.f32`, which a later run's sweep
+    (`partials.sweep_partials`) recognises and removes if this process is killed. A failed write (the disk
+    filling up as the sparse file fills in) is a WriteError naming the file."""
 
     def __init__(self, folder: Path, channels: int, n: int = 0, *, prefix: str = ".fasttts-block-") -> None:
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(prefix=prefix, suffix=".f32", dir=folder)
-        self.path = Path(name)
+        try:
+            Path(folder).mkdir(parents=True, exist_ok=True)
+            fd, self.path = create_partial(Path(folder) / "scratch.f32", prefix=prefix)
+        except OSError as e:
+            raise write_failed(Path(folder) / f"{prefix}*.partial.f32", e, hint=self._hint(folder)) from None
         self._fd = fd
         self.channels = channels
         self.n = 0
@@ -85,9 +90,19 @@ class DiskArray:
     def _frame_bytes(self) -> int:
         return 4 * self.channels
 
+    @staticmethod
+    def _hint(folder: Path) -> str:
+        return (
+            f"that is scratch audio, removed when done: free some space in {folder} and run the same "
+            "command again (finished lines stay cached)"
+        )
+
     def resize(self, n: int) -> None:
         if n > self.n:
-            os.ftruncate(self._fd, n * self._frame_bytes())
+            try:
+                os.ftruncate(self._fd, n * self._frame_bytes())
+            except OSError as e:
+                raise write_failed(self.path, e, hint=self._hint(self.path.parent)) from None
             self.n = n
 
     def read(self, start: int, stop: int) -> np.ndarray:
@@ -111,8 +126,11 @@ class DiskArray:
         self.resize(start + block.shape[1])
         view = memoryview(np.ascontiguousarray(block.T, dtype="<f4")).cast("B")
         done, offset = 0, start * self._frame_bytes()
-        while done < view.nbytes:
-            done += os.pwrite(self._fd, view[done:], offset + done)
+        try:
+            while done < view.nbytes:
+                done += os.pwrite(self._fd, view[done:], offset + done)
+        except OSError as e:
+            raise write_failed(self.path, e, hint=self._hint(self.path.parent)) from None
 
     def add(self, start: int, mono: np.ndarray) -> None:
         """Sum a mono clip into channel 0 of a mono array (read, add in float32, write back)."""
@@ -148,7 +166,9 @@ _SOUNDFILE_FORMATS = {".wav": "WAV", ".flac": "FLAC"}
 
 
 class AudioFileWriter:
-    """WAV/FLAC written block by block to `.<stem>.partial<ext>` next to `path`, renamed on `commit()`.
+    """WAV/FLAC written block by block to a partial file next to `path`
+    (`.<stem>.<pid>-<random>.partial<ext>`, unique to this run), renamed on `commit()`. A failed write or
+    close (a full disk) removes the partial and raises WriteError naming `path`.
 
     PCM 24-bit, like `mux.write_audio`: samples beyond +/-1.0 are clipped (the mix is normalized first)."""
 
@@ -157,18 +177,33 @@ class AudioFileWriter:
         fmt = _SOUNDFILE_FORMATS.get(self.path.suffix.lower())
         if fmt is None:
             raise ValueError(f"{self.path}: block-wise output is WAV or FLAC only")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = self.path.with_name(f".{self.path.stem}.partial{self.path.suffix}")
         self.channels = channels
-        self._f = sf.SoundFile(str(self.tmp), "w", sr, channels, subtype=subtype, format=fmt)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, self.tmp = create_partial(self.path)
+            os.close(fd)  # libsndfile opens it by name; O_EXCL above made the name ours
+            self._f = sf.SoundFile(str(self.tmp), "w", sr, channels, subtype=subtype, format=fmt)
+        except (OSError, sf.SoundFileError) as e:
+            if hasattr(self, "tmp"):
+                with contextlib.suppress(OSError):
+                    self.tmp.unlink()
+            raise write_failed(self.path, e) from None
 
     def write(self, block: np.ndarray) -> None:
         block = np.atleast_2d(np.asarray(block, dtype=np.float32))
-        self._f.write(np.ascontiguousarray(block.T))
+        try:
+            self._f.write(np.ascontiguousarray(block.T))
+        except (OSError, sf.SoundFileError) as e:
+            self.abort()
+            raise write_failed(self.path, e) from None
 
     def commit(self) -> Path:
-        self._f.close()
-        os.replace(self.tmp, self.path)
+        try:
+            self._f.close()
+            os.replace(self.tmp, self.path)
+        except (OSError, sf.SoundFileError) as e:
+            self.abort()
+            raise write_failed(self.path, e) from None
         return self.path
 
     def abort(self) -> None:

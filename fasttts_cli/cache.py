@@ -4,26 +4,29 @@ Layout of `<stem>.fasttts/`:
     plan.json          the plan of the last run
     report.json        the per-line report of the last run
     lines/ab/<key>.npy float32 mono audio at the engine's sample rate
-    lines/ab/<key>.json meta: sample_rate, duration, n_tokens, hit_token_limit, seed, retries, ...
+    lines/ab/<key>.json meta: sample_rate, n_samples, dtype, shape, audio_sha256, duration, n_tokens, ...
     dub.wav            the final mix before muxing
+    .lock, .lock.owner one run at a time (worklock.py)
 
 A line's key is the sha256 of everything that can change its audio: normalized text, the voice key
 (reference audio hash + emotion), the synthesizer identity (model, engine build, preset, code
 version), the synthesis parameters and the seed. The seed itself comes from (text, voice, base
 seed), never from the line's position or batch-mates, so an edit re-renders only the edited lines.
 
-Every file is written to a temporary name in the same folder and renamed (atomic on POSIX), and a
-cache entry counts only once its .json (written last) exists: Ctrl-C or a kill at any point leaves
-either a complete entry or none.
+Every file is written to a partial name unique to the run (`partials.partial_path`) in the same folder and
+renamed (atomic on POSIX), and a cache entry counts only once its .json (written last) exists: Ctrl-C or a
+kill at any point leaves either a complete entry or none. The meta also records the audio's dtype, shape
+and sha256, and every read verifies them: an entry damaged by anything else (a truncated copy, a bad disk,
+an edit) is reported and re-synthesized, never used.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import os
-import tempfile
 import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -31,6 +34,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from fasttts_cli.partials import WriteError, create_partial, write_failed
 
 WORK_SUFFIX = ".fasttts"
 KEY_VERSION = 1  # bump if the key recipe changes
@@ -71,40 +76,27 @@ def line_key(text: str, voice_key: str, identity: str, params: Mapping[str, Any]
 # ---- atomic writes -------------------------------------------------------------------------------
 
 
-def _umask() -> int:
-    """The process umask. Read from /proc where possible: setting it to read it back is a (brief) race with
-    other threads creating files."""
-    with contextlib.suppress(OSError, ValueError):
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def default_file_mode() -> int:
-    """The mode open() gives a new file (0o666 less the umask: 0o644 typically)."""
-    return 0o666 & ~_umask()
-
-
 def atomic_write(path: Path, write: Callable[[Any], None], *, mode: str = "wb") -> Path:
-    """Write through `write(fileobj)` to a temp file next to `path`, fsync, then rename over it.
+    """Write through `write(fileobj)` to a partial file next to `path`, fsync, then rename over it.
 
-    The file gets the mode a plain open() would give it: mkstemp creates 0600 files, which would leave
-    report.json, plan.json and the subtitles unreadable to other users."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    The partial name is unique to this run (`partials.partial_path`), and the file gets the mode a plain
+    open() would give it. An I/O failure is a WriteError naming `path` (exit 1); the partial is removed."""
     try:
-        os.fchmod(fd, default_file_mode())
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = create_partial(path)
+    except OSError as e:
+        raise write_failed(path, e) from None
+    try:
         with os.fdopen(fd, mode, **({"encoding": "utf-8"} if "b" not in mode else {})) as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(e, OSError):
+            raise write_failed(path, e) from None
         raise
     return path
 
@@ -119,6 +111,8 @@ def atomic_write_json(path: Path, obj: Any) -> Path:
 
 # ---- the line cache ------------------------------------------------------------------------------
 
+META_KEYS = ("sample_rate", "n_samples")
+
 
 @dataclass(frozen=True)
 class CachedLine:
@@ -132,8 +126,82 @@ class CachedLine:
         return len(self.audio) / self.sample_rate
 
 
+@dataclass(frozen=True)
+class EntryCheck:
+    """What reading an entry found. `status`: "ok", "missing" (never written, or its meta, the commit
+    marker, never landed), or "damaged" (`reason` says how: unreadable meta, a truncated or foreign .npy,
+    audio that disagrees with its meta or its checksum)."""
+
+    status: str
+    reason: str = ""
+    meta: dict[str, Any] | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+class _Damaged(Exception):
+    pass
+
+
+def audio_checksum(audio: np.ndarray) -> str:
+    """sha256 of the samples as stored (little-endian float32, C order)."""
+    return hashlib.sha256(np.ascontiguousarray(audio, dtype="<f4").data).hexdigest()
+
+
+def _read_meta(path: Path) -> dict[str, Any]:
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise _Damaged(f"its meta file is unreadable ({type(e).__name__})") from None
+    if not isinstance(meta, dict):
+        raise _Damaged("its meta file is not a JSON object")
+    missing = [k for k in META_KEYS if not isinstance(meta.get(k), int) or meta[k] < 0]
+    if missing or meta["sample_rate"] <= 0:
+        raise _Damaged(f"its meta file lacks a valid {', '.join(missing) or 'sample_rate'}")
+    return meta
+
+
+def _read_npy(path: Path, n_samples: int) -> np.ndarray:
+    """The float32 mono array in `path`, checked against the meta's length before anything is allocated:
+    the header must say little-endian float32, C order, shape (n_samples,), and the file must hold exactly
+    that many bytes after it (a truncated or padded file is damaged)."""
+    fmt = np.lib.format
+    try:
+        with path.open("rb") as f:
+            version = fmt.read_magic(f)
+            if version == (1, 0):
+                shape, fortran, dtype = fmt.read_array_header_1_0(f)
+            elif version in ((2, 0), (3, 0)):
+                shape, fortran, dtype = fmt.read_array_header_2_0(f)
+            else:
+                raise _Damaged(f"its audio file is not a readable .npy (version {version})")
+            if dtype != np.dtype("<f4") or fortran or len(shape) != 1:
+                raise _Damaged(f"its audio is {dtype} {shape}, not float32 mono")
+            if shape[0] != n_samples:
+                raise _Damaged(f"its audio has {shape[0]} samples, its meta says {n_samples}")
+            size = os.fstat(f.fileno()).st_size - f.tell()
+            if size != 4 * n_samples:  # checked before reading: a bogus header must not allocate
+                what = "truncated" if size < 4 * n_samples else "longer than its header says"
+                raise _Damaged(f"its audio file is {what}")
+            data = f.read(4 * n_samples)
+    except FileNotFoundError:
+        raise _Damaged("its audio file is missing") from None
+    except (OSError, ValueError, EOFError) as e:
+        raise _Damaged(f"its audio file is not a readable .npy ({e})") from None
+    if len(data) != 4 * n_samples:
+        raise _Damaged("its audio file is truncated")  # shrank while being read
+    return np.frombuffer(data, dtype="<f4").astype(np.float32, copy=False)
+
+
 class LineCache:
-    """Per-line audio keyed by `line_key`; safe against interruption at any point."""
+    """Per-line audio keyed by `line_key`; safe against interruption at any point.
+
+    Every read is verified: the meta's sample count, the .npy header and size, and the sha256 of the samples
+    (`audio_sha256` in the meta). An entry written before the checksum existed is checked for everything
+    but the checksum, and `verify` then records the checksum of what it read, so later damage is caught.
+    A damaged entry is never returned: `get` gives None and `verify` says why."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -143,36 +211,60 @@ class LineCache:
         return d / f"{key}.npy", d / f"{key}.json"
 
     def has(self, key: str) -> bool:
+        """Both files are there (no verification: for counts; `verify` before using an entry)."""
         npy, meta = self._paths(key)
         return meta.is_file() and npy.is_file()
 
-    def get(self, key: str) -> CachedLine | None:
+    def _load(self, key: str) -> tuple[CachedLine | None, EntryCheck]:
         npy, meta_p = self._paths(key)
-        if not meta_p.is_file():
-            return None
+        if not meta_p.exists():
+            return None, EntryCheck("missing")
         try:
-            meta = json.loads(meta_p.read_text(encoding="utf-8"))
-            audio = np.load(npy, allow_pickle=False)
-        except (OSError, ValueError, json.JSONDecodeError):
-            return None  # damaged by something outside our control: treat as a miss, re-render
-        if audio.dtype != np.float32 or audio.ndim != 1 or meta.get("n_samples") != len(audio):
-            return None
-        return CachedLine(key, audio, int(meta["sample_rate"]), meta)
+            meta = _read_meta(meta_p)
+            audio = _read_npy(npy, meta["n_samples"])
+            want = meta.get("audio_sha256")
+            if want is not None and audio_checksum(audio) != want:
+                raise _Damaged("its audio does not match its checksum")
+        except _Damaged as e:
+            return None, EntryCheck("damaged", str(e))
+        return CachedLine(key, audio, int(meta["sample_rate"]), meta), EntryCheck("ok", meta=meta)
+
+    def get(self, key: str) -> CachedLine | None:
+        """The verified entry, or None when it is missing or damaged."""
+        return self._load(key)[0]
+
+    def verify(self, key: str) -> EntryCheck:
+        """Read and check an entry in full (the audio is read and hashed, then dropped). An entry from
+        before the checksum that passes the other checks gets its checksum recorded (best effort)."""
+        hit, check = self._load(key)
+        if hit is not None and "audio_sha256" not in hit.meta:
+            meta = {**hit.meta, **_audio_fields(hit.audio)}
+            with contextlib.suppress(Exception):  # an upgrade only: a read-only cache still serves the entry
+                atomic_write_json(self._paths(key)[1], meta)
+            check = EntryCheck("ok", meta=meta)
+        return check
 
     def meta(self, key: str) -> dict[str, Any] | None:
-        """An entry's meta (sample_rate, n_samples, retries, ...) without its audio; None on a miss."""
+        """An entry's meta (sample_rate, n_samples, retries, ...) without reading its audio; None when the
+        entry is missing or its meta is unreadable. Not a verification of the audio: see `verify`."""
         npy, meta_p = self._paths(key)
         if not (meta_p.is_file() and npy.is_file()):
             return None
         try:
-            meta = json.loads(meta_p.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            return _read_meta(meta_p)
+        except _Damaged:
             return None
-        if not isinstance(meta, dict) or not {"sample_rate", "n_samples"} <= set(meta):
-            return None
-        return meta
+
+    def discard(self, key: str) -> None:
+        """Remove an entry: meta first (the commit marker), so a failure half-way leaves a plain miss."""
+        for p in reversed(self._paths(key)):
+            with contextlib.suppress(FileNotFoundError):
+                p.unlink()
 
     def put(self, key: str, audio: np.ndarray, sample_rate: int, meta: Mapping[str, Any]) -> CachedLine:
+        """Store an entry. The .npy is serialized in memory first, so a full disk shows as a plain write
+        error on it (numpy's own file writes lose the errno); either file failing raises WriteError naming
+        it, and leaves the entry absent (its meta, written last, is the commit marker)."""
         audio = np.ascontiguousarray(audio, dtype=np.float32).reshape(-1)
         npy, meta_p = self._paths(key)
         full = {
@@ -181,13 +273,47 @@ class LineCache:
             "sample_rate": int(sample_rate),
             "n_samples": len(audio),
             "duration": len(audio) / sample_rate,
+            **_audio_fields(audio),
         }
-        # Audio first, meta last: the meta file is the commit marker.
-        atomic_write(npy, lambda f: np.save(f, audio, allow_pickle=False))
-        atomic_write_json(meta_p, full)
+        buf = io.BytesIO()
+        np.save(buf, audio, allow_pickle=False)
+        # Audio first, meta last: the meta file is the commit marker. A stale meta from an earlier,
+        # damaged entry goes first, so it can never pair with the new audio before the new meta lands.
+        with contextlib.suppress(FileNotFoundError):
+            meta_p.unlink()
+        try:
+            atomic_write(npy, lambda f: f.write(buf.getbuffer()))
+            atomic_write_json(meta_p, full)
+        except WriteError as e:
+            e.hint = e.hint or (
+                f"the lines finished so far stay cached in {self.root.parent}: free some space (or fix the "
+                "folder) and run the same command again"
+            )
+            raise
         return CachedLine(key, audio, int(sample_rate), full)
 
     def keys(self) -> list[str]:
         if not self.root.is_dir():
             return []
         return sorted(p.stem for p in self.root.glob("*/*.json"))
+
+
+def _audio_fields(audio: np.ndarray) -> dict[str, Any]:
+    return {"dtype": "float32", "shape": [len(audio)], "audio_sha256": audio_checksum(audio)}
+
+
+def check_hits(cache: LineCache, keys: Mapping[int, str]) -> tuple[dict[int, dict[str, Any]], dict[int, str]]:
+    """Verify the entries of `keys` (line -> key) in full: (meta of each good hit, reason of each damaged
+    entry). Damaged entries are removed, so they are re-synthesized like misses and never read again."""
+    hits: dict[int, dict[str, Any]] = {}
+    damaged: dict[int, str] = {}
+    for i, key in keys.items():
+        check = cache.verify(key)
+        if check.ok:
+            assert check.meta is not None
+            hits[i] = check.meta
+        elif check.status == "damaged":
+            damaged[i] = check.reason
+            with contextlib.suppress(OSError):
+                cache.discard(key)
+    return hits, damaged

@@ -156,9 +156,11 @@ def _execute(
     except FastTTSError as e:
         return _fail(json_out, rep, command, e.message, e.hint, int(e.exit_code), type(e).__name__, verbosity)
     except OSError as e:
-        # Disk full, permissions, a folder vanishing mid-run: name the file, no traceback.
-        where = f"{e.filename}: " if e.filename else ""
-        msg = f"{where}{e.strerror or e}"
+        # Disk full, permissions, a folder vanishing mid-run: name the file that failed (for a copy that
+        # ran out of space, the destination, not the source), no traceback.
+        from fasttts_cli.partials import os_error_message
+
+        msg = os_error_message(e)
         return _fail(json_out, rep, command, msg, None, int(ExitCode.RUNTIME), "io", verbosity)
     except KeyboardInterrupt as e:
         msg = getattr(e, "message", None) or "interrupted"
@@ -292,6 +294,10 @@ def dub(
         bool, typer.Option("--soft-subtitles", help="Embed the re-timed subtitles.")
     ] = False,
     title: Annotated[str | None, typer.Option("--title", help="Dub track title.")] = None,
+    no_wait: Annotated[
+        bool,
+        typer.Option("--no-wait", help="If another run holds the work folder, exit 2 instead of waiting."),
+    ] = False,
     emotion_audio: EmotionAudioOpt = None,
     emotion_vector: EmotionVectorOpt = None,
     emotion_alpha: EmotionAlphaOpt = 1.0,
@@ -334,6 +340,7 @@ def dub(
         true_peak=true_peak,
         soft_subtitles=soft_subtitles,
         title=title,
+        no_wait=no_wait,
     )
 
     def body(rep: Reporter) -> dict[str, Any]:

@@ -8,8 +8,9 @@ source's audio tracks follow it, copied when the container takes their codec (el
 dub), with `default` cleared. Soft subtitles: mov_text in MP4/MOV, SRT (or ASS for .ass input) in MKV,
 WebVTT in WebM. MP4/MOV get `+faststart` so playback starts before the whole file is downloaded.
 
-Every file is written to `.<stem>.partial<ext>` in the output folder (the real extension is kept so tools
-recognise it) and renamed over the final name only when complete.
+Every file is written to `.<stem>.<pid>-<random>.partial<ext>` in the output folder (unique to the run, the
+real extension kept last so tools recognise it) and renamed over the final name only when complete. A write
+that fails on the way (a full disk, also when ffmpeg reports it) is a WriteError naming the output.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import soundfile as sf
 
 from fasttts_cli.errors import FastTTSError, InputError, MissingDependencyError, UsageError
 from fasttts_cli.ffmpeg import ffmpeg_path, run_ffmpeg
+from fasttts_cli.partials import DISK_ERRNOS, WriteError, create_partial, disk_full_text, write_failed
 from fasttts_cli.probe import probe, require_video
 
 # ---------------------------------------------------------------------------------------------------------
@@ -153,15 +155,13 @@ def _needs(encoder: str, what: str) -> None:
 # Atomic output
 
 
-def partial_name(out: Path) -> Path:
-    return out.with_name(f".{out.stem}.partial{out.suffix}")
-
-
 @contextlib.contextmanager
 def atomic_output(out: Path) -> Iterator[Path]:
-    """Yield a temporary path in out's folder; rename it to `out` on success, remove it on failure.
+    """Yield a new partial path in out's folder; rename it to `out` on success, remove it on failure.
 
-    A folder that cannot be created or written is an InputError naming the path."""
+    A folder that cannot be created or written is an InputError naming the path (exit 2); a write that
+    fails on the way (OSError, libsndfile, or ffmpeg saying the disk is full) is a WriteError naming `out`
+    (exit 1), never the file being read."""
     out = Path(out)
     if out.is_dir():
         raise InputError(out, "is a folder; give a file name for the output")
@@ -174,18 +174,25 @@ def atomic_output(out: Path) -> Iterator[Path]:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise InputError(out.parent, f"cannot create the output folder: {exc.strerror or exc}") from None
-    tmp = partial_name(out)
     try:
-        with tmp.open("wb"):
-            pass
+        fd, tmp = create_partial(out)
+        os.close(fd)
     except OSError as exc:
+        if exc.errno in DISK_ERRNOS:
+            raise write_failed(out, exc) from None
         raise InputError(out, f"cannot write the output here: {exc.strerror or exc}") from None
     try:
         yield tmp
         os.replace(tmp, out)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             tmp.unlink()
+        if isinstance(exc, (OSError, sf.SoundFileError)):
+            raise write_failed(out, exc) from None
+        if isinstance(exc, FastTTSError) and not isinstance(exc, WriteError):
+            full = disk_full_text(exc.message)
+            if full:
+                raise WriteError(out, full) from None
         raise
 
 
@@ -244,7 +251,8 @@ def write_audio(path: Path, x: np.ndarray, sr: int, *, bitrate: str | None = Non
         if fmt in ("wav", "flac"):
             sf.write(str(tmp), frames, sr, subtype="PCM_24", format=fmt.upper())
         else:
-            src = tmp.with_name(f".{path.stem}.partial-src.wav")
+            fd, src = create_partial(path, ext=".src.wav")
+            os.close(fd)
             try:
                 sf.write(str(src), frames, sr, subtype="FLOAT", format="WAV")
                 encode_audio(src, tmp, fmt, channels, out=path, bitrate=bitrate)
@@ -375,8 +383,8 @@ def mux(
     with atomic_output(out) as tmp:
         try:
             run_ffmpeg([*command(True), "-f", container, _src(tmp)], what=f"writing {out}")
-        except FastTTSError:
-            if not originals:
+        except FastTTSError as e:
+            if not originals or disk_full_text(e.message):
                 raise
             # The source's audio codec may not fit this container (e.g. PCM into MP4): re-encode it instead.
             notes.append(f"{out}: the original audio could not be copied into {out.suffix}; re-encoded it")

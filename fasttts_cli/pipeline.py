@@ -28,6 +28,7 @@ from fasttts_cli.cache import (
     LineCache,
     atomic_write_json,
     atomic_write_text,
+    check_hits,
     line_key,
     line_seed,
     normalize_text,
@@ -89,6 +90,7 @@ class DubOptions:
     true_peak: float = -1.0
     soft_subtitles: bool = False  # also embed the re-timed subtitles as a soft track
     title: str | None = None  # dub track title; default "<Language> (dub)"
+    no_wait: bool = False  # another run holds the work dir: exit 2 at once instead of waiting
 
 
 @dataclass
@@ -418,7 +420,21 @@ def run_dub(
     paths = resolve_outputs(o)
     check_writable(paths.media.parent, "-o/--output" if o.output else "--output-dir")
     check_writable(paths.work_dir, "--work-dir")
+    from fasttts_cli.partials import sweep_run_leftovers
+    from fasttts_cli.worklock import hold_work_dir
 
+    # One writer per work folder for the whole run; the holder then clears what a killed run left.
+    with hold_work_dir(paths.work_dir, wait=not o.no_wait, rep=rep):
+        left = sweep_run_leftovers(paths.work_dir, [paths.media, paths.subtitles])
+        if left:
+            rep.info(f"removed {len(left)} partial file(s) an interrupted run left behind")
+        return _run_in_work_dir(o, rep, job, paths, synthesizer)
+
+
+def _run_in_work_dir(
+    o: DubOptions, rep: Reporter, job: JobInputs, paths: OutputPaths, synthesizer: Synthesizer | None
+) -> DubResult:
+    """The job once the work dir is ours: plan, synthesize, assemble, write."""
     if synthesizer is not None:
         selection = EngineSelection(synthesizer.name, None, "given by the caller")
         counter, token_source = synthesizer.count_tokens, "engine"
@@ -530,7 +546,18 @@ def _synthesize_all(
         seed = line_seed(ln.text, v.key, o.seed)
         states[ln.index] = _LineState(ln, v, seed, line_key(ln.text, v.key, identity, params, seed))
     forced = job.only or set()
-    todo = [i for i, st in states.items() if i in forced or not cache.has(st.key)]
+    # Every hit is verified in full before the to-do list is made (meta, .npy header and size, checksum:
+    # about 1 s for a 2-hour film's 1500 lines), so a damaged entry is re-synthesized now and placement
+    # never meets one.
+    with rep.stage("cache"):
+        hits, damaged = check_hits(cache, {i: st.key for i, st in states.items() if i not in forced})
+    for i, why in damaged.items():
+        st = states[i]
+        rep.warn(
+            f"{st.line.source}: line {i}: its cached audio ({st.key[:12]} in {cache.root}) is damaged: "
+            f"{why}; removed, it will be re-synthesized"
+        )
+    todo = [i for i in states if i not in hits]
     if job.only:
         extra = [i for i in todo if i not in forced]
         if extra:
@@ -558,14 +585,11 @@ def _synthesize_all(
             f"{paths.work_dir}; run the same command again to resume"
         ) from None
 
-    for i, st in states.items():
-        if st.error is None and st.n_samples is None:
-            meta = cache.meta(st.key)
-            if meta is None:
-                raise FastTTSError(f"line {i}: cache entry {st.key[:12]} vanished from {paths.work_dir}")
-            st.n_samples, st.sample_rate = int(meta["n_samples"]), int(meta["sample_rate"])
-            st.retries, st.n_tokens = int(meta.get("retries", 0)), meta.get("n_tokens")
-            st.cached = i not in todo
+    for i, meta in hits.items():  # the verified metas: nothing is re-read
+        st = states[i]
+        st.n_samples, st.sample_rate = int(meta["n_samples"]), int(meta["sample_rate"])
+        st.retries, st.n_tokens = int(meta.get("retries", 0)), meta.get("n_tokens")
+        st.cached = True
     return states, todo
 
 
@@ -796,7 +820,17 @@ def _placed_lines(
         st = states[i]
         hit = cache.get(st.key)
         if hit is None:
-            raise FastTTSError(f"line {i}: cache entry {st.key[:12]} vanished from {cache.root.parent}")
+            # Verified (or written) earlier in this run, under the work dir's lock: only something outside
+            # fasttts can have removed or changed it since. The next run re-synthesizes it.
+            check = cache.verify(st.key)
+            if check.status == "damaged":
+                cache.discard(st.key)
+            why = "it is gone" if check.status == "missing" else check.reason
+            raise FastTTSError(
+                f"line {i}: its cached audio ({st.key[:12]}) was removed or changed in {cache.root.parent} "
+                f"during this run ({why}); is another program writing to that folder?",
+                hint="run the same command again: the line is re-synthesized",
+            )
         x = resample(hit.audio, hit.sample_rate, SR) if hit.sample_rate != SR else hit.audio
         y = np.asarray(x, dtype=np.float32)
         if abs(t.factor - 1.0) > 1e-6:
@@ -957,6 +991,7 @@ def _report(
         "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(o).items()},
         "summary": summary,
         "timing": tsum,
+        "warnings": list(rep.warnings),
         "lines": lines,
     }
 

@@ -8,7 +8,8 @@ import pytest
 from fasttts_cli.audio import load_audio, load_audio_channels
 from fasttts_cli.errors import InputError, UsageError
 from fasttts_cli.ffmpeg import run_ffmpeg
-from fasttts_cli.mux import container_lang, mux, normalize_lang, partial_name, stream_md5, write_audio
+from fasttts_cli.mux import container_lang, mux, normalize_lang, stream_md5, write_audio
+from fasttts_cli.partials import existing_partials
 from fasttts_cli.probe import parse_ffmpeg_info, probe, require_video
 
 SR = 48000
@@ -73,7 +74,7 @@ def test_mux_mp4_keep_original(media: dict[str, Path], tmp_path: Path) -> None:
     # +faststart: the index (moov) comes before the media data (mdat)
     head = out.read_bytes()
     assert head.index(b"moov") < head.index(b"mdat")
-    assert not partial_name(out).exists()
+    assert not existing_partials(out)
 
 
 def test_mux_mkv_replace_uses_opus_and_bibliographic_tag(media: dict[str, Path], tmp_path: Path) -> None:
@@ -119,7 +120,7 @@ def test_failed_mux_leaves_nothing_behind(media: dict[str, Path], tmp_path: Path
     out = tmp_path / "out.mp4"
     with pytest.raises(Exception, match="ffmpeg failed"):
         mux(media["video"], media["dub"], out, lang="spa", subtitles=bad_subs)
-    assert not out.exists() and not partial_name(out).exists()
+    assert not out.exists() and not existing_partials(out)
 
 
 @pytest.mark.parametrize(
