@@ -225,11 +225,14 @@ class AudioFileWriter:
             self.abort()
 
 
-def export_audio(src_wav: Path, out: Path, *, block: int = BLOCK) -> Path:
+def export_audio(
+    src_wav: Path, out: Path, *, block: int = BLOCK, lang: str | None = None, title: str | None = None
+) -> Path:
     """The finished dub WAV as the user's audio file, by extension, without loading it whole.
 
     .wav: a copy; .flac: re-written block by block (24-bit, the same samples); .m4a/.mp3/.opus: encoded by
-    ffmpeg from the WAV with `mux.write_audio`'s codec settings."""
+    ffmpeg from the WAV with `mux.write_audio`'s codec settings, tagged with `lang` (ISO 639-2) and
+    `title`."""
     from fasttts_cli.mux import atomic_output, audio_format, encode_audio
 
     out = Path(out)
@@ -248,5 +251,5 @@ def export_audio(src_wav: Path, out: Path, *, block: int = BLOCK) -> Path:
                 for frames in src.blocks(blocksize=block, dtype="float32", always_2d=True):
                     dst.write(frames)
         else:
-            encode_audio(src_wav, tmp, fmt, info.channels, out=out)
+            encode_audio(src_wav, tmp, fmt, info.channels, out=out, lang=lang, title=title)
     return out

@@ -222,10 +222,25 @@ def audio_format(path: Path, channels: int) -> str:
 
 
 def encode_audio(
-    src_wav: Path, tmp: Path, fmt: str, channels: int, *, out: Path, bitrate: str | None = None
+    src_wav: Path,
+    tmp: Path,
+    fmt: str,
+    channels: int,
+    *,
+    out: Path,
+    bitrate: str | None = None,
+    lang: str | None = None,
+    title: str | None = None,
 ) -> None:
-    """ffmpeg-encode a float WAV into `tmp` (the partial name of `out`) as m4a (AAC), mp3 (LAME) or opus."""
+    """ffmpeg-encode a float WAV into `tmp` (the partial name of `out`) as m4a (AAC), mp3 (LAME) or opus,
+    tagged with the dub's language and title as the video's dub track would be."""
     args = ["-i", _src(src_wav), "-map", "0:a:0", "-map_metadata", "-1"]
+    code = normalize_lang(lang) if lang else None
+    if code and code != "und":
+        # MP4 and Ogg keep a per-stream language; ID3 (mp3) has one for the file (TLAN).
+        args += ["-metadata" if fmt == "mp3" else "-metadata:s:a:0", f"language={code}"]
+    if title:
+        args += ["-metadata", f"title={title}"]
     if fmt == "mp3":
         args += ["-c:a", "libmp3lame", "-b:a", bitrate or "192k", "-f", "mp3"]
     elif fmt == "opus":

@@ -783,7 +783,10 @@ def _assemble(
             for n in notes:
                 rep.warn(n)
         else:
-            export_audio(dub_wav, paths.media, block=block)
+            from fasttts_cli.mux import default_title, normalize_lang
+
+            title = o.title or default_title(normalize_lang(o.lang))
+            export_audio(dub_wav, paths.media, block=block, lang=o.lang, title=title)
 
     report = _report(o, plan, states, timings, todo, selection, synth, norm, rep)
     report_path = atomic_write_json(paths.work_dir / "report.json", report)
