@@ -293,6 +293,9 @@ def dub(
     soft_subtitles: Annotated[
         bool, typer.Option("--soft-subtitles", help="Embed the re-timed subtitles.")
     ] = False,
+    default_subtitles: Annotated[
+        bool, typer.Option("--default-subtitles", help="Mark the soft-subtitle track default (shown).")
+    ] = False,
     title: Annotated[str | None, typer.Option("--title", help="Dub track title.")] = None,
     no_wait: Annotated[
         bool,
@@ -339,6 +342,7 @@ def dub(
         loudness=loudness,
         true_peak=true_peak,
         soft_subtitles=soft_subtitles,
+        default_subtitles=default_subtitles,
         title=title,
         no_wait=no_wait,
     )

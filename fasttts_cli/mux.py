@@ -294,6 +294,7 @@ def mux(
     subtitle_lang: str | None = None,
     dub_layout: str | None = None,
     warnings: list[str] | None = None,
+    default_subtitles: bool = False,
 ) -> Path:
     """Mux `dub_audio` into `video` as the default, language-tagged track; write `out` atomically.
 
@@ -387,7 +388,7 @@ def mux(
                 args += [f"-metadata:s:a:{i}", f"handler_name={o_title}"]
         if sub_codec is not None:
             s_tag = tagged(normalize_lang(subtitle_lang or lang_t, flag="--lang"), "subtitles")
-            args += ["-c:s:0", sub_codec, "-disposition:s:0", "0"]
+            args += ["-c:s:0", sub_codec, "-disposition:s:0", "default" if default_subtitles else "0"]
             if s_tag:
                 args += ["-metadata:s:s:0", f"language={s_tag}"]
             args += ["-metadata:s:s:0", f"title=Dub subtitles ({lang_t})"]
@@ -404,6 +405,12 @@ def mux(
             # The source's audio codec may not fit this container (e.g. PCM into MP4): re-encode it instead.
             notes.append(f"{out}: the original audio could not be copied into {out.suffix}; re-encoded it")
             run_ffmpeg([*command(False), "-f", container, _src(tmp)], what=f"writing {out}")
+        if sub_codec is not None and container in ("mp4", "mov") and not default_subtitles:
+            from fasttts_cli.mp4_tracks import disable_tracks
+
+            # ffmpeg enables the only subtitle track of an MP4 whatever its disposition: players then
+            # show it by default.
+            disable_tracks(tmp)
     return out
 
 

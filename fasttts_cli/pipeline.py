@@ -89,6 +89,7 @@ class DubOptions:
     loudness: float = -23.0
     true_peak: float = -1.0
     soft_subtitles: bool = False  # also embed the re-timed subtitles as a soft track
+    default_subtitles: bool = False  # mark that track default (players show it); off by default
     title: str | None = None  # dub track title; default "<Language> (dub)"
     no_wait: bool = False  # another run holds the work dir: exit 2 at once instead of waiting
 
@@ -258,6 +259,7 @@ def validate_options(o: DubOptions) -> None:
     )
     need(o.mix != "background" or o.background is not None, "--mix background needs --background PATH")
     need(not o.soft_subtitles or o.video is not None, "--soft-subtitles needs --video")
+    need(not o.default_subtitles or o.soft_subtitles, "--default-subtitles needs --soft-subtitles")
 
 
 def _timing_options(o: DubOptions, overflow: str | None = None) -> Any:
@@ -777,6 +779,7 @@ def _assemble(
                 title=o.title or "",
                 keep_original=keep_original,
                 subtitles=paths.subtitles if o.soft_subtitles else None,
+                default_subtitles=o.default_subtitles,
                 dub_layout=dub_layout,
                 warnings=notes,
             )
