@@ -79,6 +79,14 @@ EngineOpt = Annotated[
     ),
 ]
 PresetOpt = Annotated[str | None, typer.Option("--preset", help="Run-time preset name or .toml path.")]
+StylesOpt = Annotated[
+    str | None,
+    typer.Option("--styles", metavar="A,B", help="ASS/SSA: the dialogue styles to dub (case-insensitive)."),
+]
+EncodingOpt = Annotated[
+    str | None,
+    typer.Option("--encoding", metavar="NAME", help="Read the script in this encoding (cp1252, gb18030...)."),
+]
 
 EmotionAudioOpt = Annotated[
     Path | None,
@@ -256,6 +264,8 @@ def dub(
         bool,
         typer.Option("--strict-voices", help="A --voice NAME= that matches no speaker is an error (exit 2)."),
     ] = False,
+    styles: StylesOpt = None,
+    encoding: EncodingOpt = None,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Lines per synthesis batch.")] = 8,
     max_batch_tokens: Annotated[
         int, typer.Option("--max-batch-tokens", help="Padded tokens per batch.")
@@ -325,6 +335,8 @@ def dub(
         input_format=input_format,
         name_prefix=name_prefix,
         strict_voices=strict_voices,
+        styles=styles,
+        encoding=encoding,
         batch_size=batch_size,
         max_batch_tokens=max_batch_tokens,
         seed=seed,
@@ -417,6 +429,8 @@ def inspect(
     input_format: Annotated[str | None, typer.Option("--format")] = None,
     name_prefix: Annotated[bool, typer.Option("--name-prefix")] = False,
     strict_voices: Annotated[bool, typer.Option("--strict-voices")] = False,
+    styles: StylesOpt = None,
+    encoding: EncodingOpt = None,
     batch_size: Annotated[int, typer.Option("--batch-size")] = 8,
     max_batch_tokens: Annotated[int, typer.Option("--max-batch-tokens")] = 2000,
     max_speedup: Annotated[float, typer.Option("--max-speedup")] = 1.25,
@@ -437,6 +451,8 @@ def inspect(
         input_format=input_format,
         name_prefix=name_prefix,
         strict_voices=strict_voices,
+        styles=styles,
+        encoding=encoding,
         batch_size=batch_size,
         max_batch_tokens=max_batch_tokens,
         max_speedup=max_speedup,

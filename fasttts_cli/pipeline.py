@@ -72,6 +72,8 @@ class DubOptions:
     emotion: EmotionSpec | None = None  # --emotion-audio / --emotion-vector / --emotion-alpha, every voice
     name_prefix: bool = False
     strict_voices: bool = False  # a --voice NAME= that matches no speaker is an error, not a warning
+    styles: str | None = None  # --styles: the ASS/SSA dialogue styles, comma-separated
+    encoding: str | None = None  # --encoding: a legacy encoding to read the script in
     batch_size: int = 8
     max_batch_tokens: int = 2000
     seed: int = 0
@@ -349,16 +351,25 @@ class JobInputs:
     media: Any  # probe.MediaInfo of --video, or None
     untimed: bool  # plain text: slots come from the synthesized durations
     voice_warnings: list[str] = field(default_factory=list)  # --voice NAME= that matches no speaker
+    skipped: list[Any] = field(default_factory=list)  # readers.SkippedEvent: events that are not cues
+    read_warnings: list[str] = field(default_factory=list)  # untidy things the reader met
 
 
 def read_inputs(o: DubOptions) -> JobInputs:
     """Read and check every input before anything slow runs; each problem names its file or flag."""
     from fasttts_cli.plan import parse_only
     from fasttts_cli.probe import probe, require_video
-    from fasttts_cli.readers import layout_untimed, read_script
+    from fasttts_cli.readers import layout_untimed, parse_styles, read_script_full
     from fasttts_cli.speakers import check_voices, parse_voice_flags, voice_name_problems
 
-    cues = read_script(o.script, fmt=o.input_format, name_prefix=o.name_prefix)
+    got = read_script_full(
+        o.script,
+        fmt=o.input_format,
+        name_prefix=o.name_prefix,
+        styles=parse_styles(o.styles),
+        encoding=o.encoding,
+    )
+    cues = got.cues
     untimed = any(c.start is None or c.end is None for c in cues)
     if untimed:
         # Provisional slots for planning; after synthesis they are re-laid from the real durations.
@@ -382,7 +393,7 @@ def read_inputs(o: DubOptions) -> JobInputs:
     media = require_video(o.video) if o.video is not None else None
     if o.background is not None:
         probe(o.background)
-    return JobInputs(cues, vm, only, media, untimed, voice_warnings)
+    return JobInputs(cues, vm, only, media, untimed, voice_warnings, got.skipped, got.warnings)
 
 
 def _plan(
@@ -417,7 +428,7 @@ def run_dub(
     validate_options(o)
     with rep.stage("read"):
         job = read_inputs(o)
-    for w in job.voice_warnings:
+    for w in job.read_warnings + job.voice_warnings:
         rep.warn(w)
     paths = resolve_outputs(o)
     check_writable(paths.media.parent, "-o/--output" if o.output else "--output-dir")
@@ -473,6 +484,7 @@ def _run_in_work_dir(
                 "batches": len(plan.batches),
                 "tokens": sum(ln.n_tokens for ln in plan.lines),
                 "no_speech": list(plan.skipped),
+                "skipped": [s.to_json() for s in job.skipped],
             },
             dry_run=True,
             plan=plan_json,
@@ -791,7 +803,7 @@ def _assemble(
             title = o.title or default_title(normalize_lang(o.lang))
             export_audio(dub_wav, paths.media, block=block, lang=o.lang, title=title)
 
-    report = _report(o, plan, states, timings, todo, selection, synth, norm, rep)
+    report = _report(o, plan, states, timings, todo, selection, synth, norm, rep, skipped=job.skipped)
     report_path = atomic_write_json(paths.work_dir / "report.json", report)
     outputs = {
         ("video" if o.video is not None else "audio"): str(paths.media),
@@ -927,6 +939,8 @@ def _report(
     synth: Synthesizer,
     norm: Any,
     rep: Reporter,
+    *,
+    skipped: Sequence[Any] = (),
 ) -> dict[str, Any]:
     from fasttts_cli.timing import summarize
 
@@ -977,6 +991,7 @@ def _report(
         "failed": sum(1 for st in states.values() if st.error is not None),
         "retries": sum(st.retries for i, st in states.items() if i in todo),
         "no_speech": list(plan.skipped),
+        "skipped": [s.to_json() for s in skipped],
         "sped_up": sum(1 for t in timings.values() if t.factor > 1.0 + 1e-9),
         "max_factor": tsum["max_factor"],
         "shifted": tsum["actions"].get("shifted", 0),
@@ -1077,7 +1092,8 @@ def inspect_job(o: DubOptions) -> dict[str, Any]:
             for ln in plan.lines
         ],
         "no_speech": list(plan.skipped),
-        "warnings": job.voice_warnings,
+        "skipped": [s.to_json() for s in job.skipped],
+        "warnings": job.read_warnings + job.voice_warnings,
         "speakers": speakers,
         "batches": [
             {"index": b.index, "voice": str(b.voice), "lines": list(b.line_indices)} for b in plan.batches

@@ -25,7 +25,11 @@ PLAN_VERSION = 1
 _ASS_BLOCK = re.compile(r"\{[^{}]*\}")
 _TAG = re.compile(r"</?[A-Za-z][^<>]*>|<\d[\d:.]*>")
 _SOUND = re.compile(r"\[[^\[\]]*\]")  # SDH sound descriptions: [door slams], [MUSIC]
-_NOTES = re.compile(r"[♪♫♩♬]")
+# Music markers of SDH subtitles: notes, the pilcrow, and a '#' standing alone ("# Happy birthday #"; not
+# "#1" or "C#"). Text between two markers, or after/before an unpaired one on its line, is sung: not said.
+_MARK = r"(?:[♪♫♩♬¶]|(?<!\S)#(?!\S))"
+_MARKER = re.compile(_MARK)
+_LYRICS = re.compile(rf"{_MARK}.*?{_MARK}")
 _LINE_DASH = re.compile(r"^\s*[-‐‑–—]+\s*", re.M)
 _SENTENCE_DASH = re.compile(r"([.!?…\"'”’])\s+[-‐‑–—]+\s+")
 
@@ -34,9 +38,10 @@ def clean_text(text: str) -> str:
     """The text to speak: markup and non-speech removed, whitespace collapsed, punctuation kept.
 
     Removes ASS blocks `{...}` and `\\N`/`\\n`/`\\h`, HTML-ish tags (`<i>`, `<v Bob>`, `<font ...>`), entities
-    (`&amp;` -> `&`), music notes, SDH sound descriptions in square brackets, and dialogue dashes that open a
-    line ("- Hi.\\n- Hello." -> "Hi. Hello."), including ones after a sentence end once lines were joined.
-    Dashes inside a sentence ("I — well — no") are kept. Result is NFC-normalized, so equal text caches equal.
+    (`&amp;` -> `&`), SDH sound descriptions in square brackets, music (see _MARK: the markers and the lyrics
+    they enclose), and dialogue dashes that open a line ("- Where to\\n- Home." -> "Where to Home."), also
+    after a sentence end once lines were joined ("- Hi. - Hello."). Dashes inside a sentence ("I — well —
+    no") are kept. Result is NFC-normalized, so equal text caches equal.
     """
     s = unicodedata.normalize("NFC", text)
     s = _ASS_BLOCK.sub("", s)
@@ -44,11 +49,20 @@ def clean_text(text: str) -> str:
     s = _TAG.sub("", s)
     s = html.unescape(s)
     s = _SOUND.sub(" ", s)
-    s = _NOTES.sub(" ", s)
+    s = "\n".join(_without_lyrics(line) for line in s.split("\n"))
+    opener = _LINE_DASH.match(s)
     s = _LINE_DASH.sub("", s)
     s = " ".join(s.split())
+    if opener:  # "- Where to - Home." read from one line: the opening dash marks the others as turns too
+        dash = opener[0].strip()[0]
+        s = re.sub(rf"\s+{re.escape(dash)}+\s+", " ", s)
     s = _SENTENCE_DASH.sub(r"\1 ", s)
     return s.strip()
+
+
+def _without_lyrics(line: str) -> str:
+    line = _LYRICS.sub(" ", line)
+    return "" if _MARKER.search(line) else line
 
 
 @dataclass(frozen=True)
@@ -74,7 +88,8 @@ class Batch:
 class Plan:
     lines: tuple[Line, ...]  # every cue with something to say, in time order (including lines not in `only`)
     batches: tuple[Batch, ...]  # only the lines selected for synthesis
-    skipped: tuple[int, ...] = ()  # cue indices with nothing to say after cleanup (e.g. "♪♪", "[MUSIC]")
+    # cue indices with nothing to say (no_speech): no text after cleanup ("♪♪", "[MUSIC]") or no length
+    skipped: tuple[int, ...] = ()
 
     def line(self, index: int) -> Line:
         for ln in self.lines:
@@ -177,7 +192,7 @@ def make_plan(
         if c.start is None or c.end is None:
             raise ValueError(f"{c.source}: cue {c.index} has no timing; call layout_untimed() first")
         text = clean_text(c.text)
-        if not text:
+        if not text or c.end <= c.start:  # a zero-length cue leaves no time to say anything
             skipped.append(c.index)
             continue
         lines.append(

@@ -1,8 +1,9 @@
 """Read a user's text file as Unicode, or fail with a message that says where and how to fix it.
 
-Accepted: UTF-8 (with or without BOM) and UTF-16 LE/BE with a BOM. We do not guess legacy encodings:
-a cp1252 file that happens to decode as latin-1 would silently turn into mojibake that then gets
-spoken aloud, which is worse than stopping with the byte offset of the first bad byte.
+Accepted by default: UTF-8 (with or without BOM) and UTF-16 LE/BE with a BOM. Legacy encodings are read
+only when the user names one (`--encoding cp1252`): a guess that is wrong (cp1250 for cp1252 text, say)
+silently turns into mojibake that then gets spoken aloud, which is worse than stopping. So the guess of
+charset-normalizer is only offered in the error's hint, with the flag to pass.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import codecs
 import sys
 from pathlib import Path
 
-from .errors import InputError
+from .errors import InputError, UsageError
 
 STDIN = "-"
 
@@ -55,14 +56,33 @@ def decode_text(data: bytes, path: Path | str) -> str:
             path,
             "contains NUL characters: this is a binary file, or UTF-16 text without a byte-order mark",
             line=line,
-            hint=_HINT_UTF8,
+            hint=_encoding_hint(data),
         )
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
-def read_text(path: Path | str) -> str:
-    """Read a text file (see module doc). Raises InputError naming the file (and line/byte on bad bytes)."""
-    return decode_text(read_bytes(path), path)
+def check_encoding(name: str | None) -> str | None:
+    """The codec name of `--encoding NAME` (any name Python knows), or None; UsageError naming the flag."""
+    if name is None:
+        return None
+    try:
+        return codecs.lookup(name.strip()).name
+    except LookupError:
+        raise UsageError(
+            f"--encoding {name}: unknown encoding",
+            hint="use a Python codec name such as cp1252, latin-1, gb18030, shift_jis, utf-16",
+        ) from None
+
+
+def read_text(path: Path | str, encoding: str | None = None) -> str:
+    """Read a text file (see module doc), in `encoding` when given. Raises InputError naming the file
+    (and line/byte on bad bytes); UsageError for an unknown `encoding`."""
+    data = read_bytes(path)
+    codec = check_encoding(encoding)
+    if codec is None:
+        return decode_text(data, path)
+    text = _decode(data, 0, codec, path).lstrip("\ufeff")
+    return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def _decode(data: bytes, skip: int, encoding: str, path: Path | str) -> str:
@@ -72,18 +92,26 @@ def _decode(data: bytes, skip: int, encoding: str, path: Path | str) -> str:
         offset = skip + e.start
         bad = data[offset : offset + min(4, e.end - e.start)]
         line = data[skip:offset].decode(encoding, errors="replace").count("\n") + 1
-        what = "UTF-8" if encoding == "utf-8" else "UTF-16"
-        guess = ""
-        if encoding == "utf-8" and _looks_single_byte(data[skip:]):
-            guess = " (it looks like a Windows-1252/Latin-1 file)"
+        what = {"utf-8": "UTF-8", "utf-16-le": "UTF-16", "utf-16-be": "UTF-16"}.get(encoding, encoding)
         raise InputError(
             path,
-            f"not valid {what} text at byte {offset} (bytes {bad.hex(' ')}){guess}",
+            f"not valid {what} text at byte {offset} (bytes {bad.hex(' ')})",
             line=line,
-            hint=_HINT_UTF8,
+            hint=_encoding_hint(data) if skip == 0 else _HINT_UTF8,
         ) from None
 
 
-def _looks_single_byte(data: bytes) -> bool:
-    # High bytes that are not part of any valid UTF-8 sequence and no NULs: typical of cp1252/latin-1 text.
-    return b"\x00" not in data and any(b >= 0x80 for b in data)
+def guess_encoding(data: bytes) -> str | None:
+    """charset-normalizer's best guess at the encoding of `data` (a Python codec name), or None."""
+    from charset_normalizer import from_bytes
+
+    best = from_bytes(data[:200_000]).best()
+    return None if best is None else best.encoding
+
+
+def _encoding_hint(data: bytes) -> str:
+    guess = guess_encoding(data)
+    if guess is None or guess in ("utf_8", "ascii"):
+        return _HINT_UTF8
+    name = guess.replace("_", "-")
+    return f"it looks like {name}; pass --encoding {name} (or {_HINT_UTF8})"

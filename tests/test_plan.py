@@ -28,7 +28,15 @@ def words(text: str) -> int:
         ("<i>Hello</i>, <b>world</b>!", "Hello, world!"),
         ("{\\an8}{\\i1}Top{\\i0}\\Nline\\hhere", "Top line here"),
         ("<v Bob>Hi &amp; bye</v>", "Hi & bye"),
-        ("♪ La la la ♪", "La la la"),
+        ("♪ La la la ♪", ""),  # sung, not said
+        ("# Happy birthday #", ""),
+        ("¶ la la ¶", ""),
+        ("♪ la la\nWhat was that?", "What was that?"),  # an unpaired marker: the line is lyrics
+        ("He hums ♪ la la ♪ badly.", "He hums badly."),
+        ("We're #1! C# minor.", "We're #1! C# minor."),  # a '#' inside a word is not music
+        ("- Where are you going\n- Home.", "Where are you going Home."),  # no end punctuation above
+        ("- Where are you going - Home.", "Where are you going Home."),  # the same read from one line
+        ("— ¿Adónde vas?\n— A casa.", "¿Adónde vas? A casa."),
         ("♪♫", ""),
         ("[door slams] Who's there?", "Who's there?"),
         ("- Hi.\n- Hello.", "Hi. Hello."),
