@@ -49,6 +49,11 @@ def _srt_timing_attempt(s: str) -> bool:
     return bool(_ARROWISH.search(s)) or len(TIMEISH.findall(s)) >= 2
 
 
+def _timing_shaped(s: str) -> bool:
+    """Two timestamps joined by an arrow-like token: a timing line even inside a cue's text."""
+    return bool(_ARROWISH.search(s)) and len(TIMEISH.findall(s)) >= 2
+
+
 def read_srt(text: str, path: Path, kind: str, styles: object = None) -> FormatRead:
     """SRT: blocks of [number], timing line, text. Damage (exit 2): a line with `-->` that is not a timing
     line, a block that starts like a timing line but is not one, a cue number followed by anything but a
@@ -79,11 +84,11 @@ def read_srt(text: str, path: Path, kind: str, styles: object = None) -> FormatR
             timing_at = i
         elif s.isdigit() and _SRT_TIMING.fullmatch(nxt):
             timing_at = i + 1
-        elif "-->" in s or (prev_blank and _srt_timing_attempt(s)):
+        elif "-->" in s or (prev_blank and _srt_timing_attempt(s)) or _timing_shaped(s):
             raise _malformed(path, s, i + 1, _SRT_EXAMPLE)
+        elif s.isdigit() and nxt and _srt_timing_attempt(nxt):  # a cue number, blank line missing or not
+            raise _malformed(path, nxt, i + 2, _SRT_EXAMPLE)
         elif s.isdigit() and prev_blank:
-            if nxt and _srt_timing_attempt(nxt):
-                raise _malformed(path, nxt, i + 2, _SRT_EXAMPLE)
             after = next((j for j in range(i + 1, n_lines) if lines[j].strip()), None)
             if after is None:
                 out.warnings.append(
@@ -148,6 +153,8 @@ def read_vtt(text: str, path: Path, kind: str, styles: object = None) -> FormatR
                 i += 1
             continue
         if "-->" not in s:
+            if _srt_timing_attempt(s):  # "00:01.000 -> 00:02.000": meant as a timing line
+                raise _malformed(path, s, i + 1, _VTT_EXAMPLE)
             if i + 1 < n_lines and "-->" in lines[i + 1]:
                 i += 1  # the cue identifier
             else:

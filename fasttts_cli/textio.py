@@ -101,17 +101,38 @@ def _decode(data: bytes, skip: int, encoding: str, path: Path | str) -> str:
         ) from None
 
 
-def guess_encoding(data: bytes) -> str | None:
-    """charset-normalizer's best guess at the encoding of `data` (a Python codec name), or None."""
+# When charset-normalizer cannot tell candidates apart (short text scores them all alike), the one that
+# subtitle files most often use wins: cp1252 text is read as cp1250 otherwise ("è" -> "č").
+_COMMON = ("cp1252", "gb18030", "big5", "shift_jis", "cp932", "euc_kr", "cp949", "cp1251", "cp1250", "cp1256")
+
+
+def guess_encodings(data: bytes) -> list[str]:
+    """charset-normalizer's guesses at the encoding of `data` (Python codec names), likeliest first."""
     from charset_normalizer import from_bytes
 
-    best = from_bytes(data[:200_000]).best()
-    return None if best is None else best.encoding
+    results = list(from_bytes(data[:200_000]))
+    if not results:
+        return []
+    top = (results[0].chaos, -results[0].coherence)
+    tied = [m for m in results if (m.chaos, -m.coherence) == top]
+    rank = {name: i for i, name in enumerate(_COMMON)}
+
+    def order(m: object) -> int:
+        names = [m.encoding, *m.could_be_from_charset]  # type: ignore[attr-defined]
+        return min((rank[n] for n in names if n in rank), default=len(rank))
+
+    tied.sort(key=order)
+    out = [m.encoding for m in tied]
+    if out and order(tied[0]) < len(rank):  # name the common codec, not its alias group's first member
+        names = [tied[0].encoding, *tied[0].could_be_from_charset]
+        out[0] = min((n for n in names if n in rank), key=rank.__getitem__)
+    return out
 
 
 def _encoding_hint(data: bytes) -> str:
-    guess = guess_encoding(data)
-    if guess is None or guess in ("utf_8", "ascii"):
+    guesses = [g.replace("_", "-") for g in guess_encodings(data) if g not in ("utf_8", "ascii")]
+    if not guesses:
         return _HINT_UTF8
-    name = guess.replace("_", "-")
-    return f"it looks like {name}; pass --encoding {name} (or {_HINT_UTF8})"
+    name, others = guesses[0], guesses[1:3]
+    alt = f" (or {', '.join(others)})" if others else ""
+    return f"it looks like {name}{alt}; pass --encoding {name}, or {_HINT_UTF8}"
