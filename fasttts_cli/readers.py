@@ -202,7 +202,7 @@ def read_script_full(
     if out:
         counts = Counter(s.category for s in out)
         summary = ", ".join(f"{n} {c}" for c, n in counts.most_common())
-        warnings.append(f"{path}: {len(out)} events left out ({summary}); see lines.skipped in the report")
+        warnings.append(f"{path}: {len(out)} events left out ({summary}); see 'skipped' in --json/the report")
     return ScriptRead(cues, out, warnings, kind)
 
 

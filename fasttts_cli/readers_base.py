@@ -53,12 +53,12 @@ class FormatRead:
 # -------------------------------------------------------------------------------------------- timestamps
 
 # One timestamp as SRT and WebVTT write it, read forgivingly: hours optional, one or two digits for minutes
-# and seconds, `,` or `.` before 1-3 fraction digits (a fraction is decimal: ",5" is half a second).
-# Range (minutes, seconds < 60) is checked after matching so that "00:00:61,000" is an error, not text.
-TS = r"(?:(\d+):)?(\d{1,2}):(\d{1,2})(?:[.,](\d{1,3}))?"
-_TS_RE = re.compile(TS)
-# Anything a human might have meant as a timestamp: used only to recognise a damaged timing line.
-TIMEISH = re.compile(r"\d+\s*[:;.,]\s*\d+\s*[:;.,]\s*\d+")
+# and seconds, `,` `.` or `:` before 1-3 fraction digits (a fraction is decimal: ",5" is half a second).
+# Range (minutes, seconds < 60) is checked after matching, so "00:00:61,000" is an error, not text.
+TS = r"(?:(\d+):)?(\d{1,2}):(\d{1,2})(?:[.,:](\d{1,3}))?"
+# Anything a human might have meant as a timestamp (00:00:03;000, 00.00.03), but not "1,000,000": used only
+# to recognise a damaged timing line.
+TIMEISH = re.compile(r"\d{1,2}\s*[:;.]\s*\d{2}\s*[:;.,]\s*\d{2}")
 
 
 def stamp_seconds(m: re.Match[str], first: int = 1) -> float:

@@ -112,8 +112,13 @@ def test_srt_untidy_but_readable(tmp_path: Path) -> None:
 
 
 def test_srt_text_with_arrows_and_numbers_inside_a_cue_is_text(tmp_path: Path) -> None:
-    f = _write(tmp_path, "t.srt", "1\n00:00:01,000 --> 00:00:03,000\nGo left => right\n42\n\nThe end.\n")
-    assert read_script(f)[0].text == "Go left => right\n42\nThe end."
+    f = _write(
+        tmp_path,
+        "t.srt",
+        "1\n00:00:01,000 --> 00:00:03:000\nGo left => right\n42\n\nHe paid 1,000,000 and 2,000,000.\n",
+    )
+    cue = read_script(f)[0]
+    assert (cue.end, cue.text) == (3.0, "Go left => right\n42\nHe paid 1,000,000 and 2,000,000.")
 
 
 def test_exact_duplicates_are_one_line_and_accounted_for(tmp_path: Path) -> None:
