@@ -162,11 +162,15 @@ def read_script_full(
     text = read_text(path, encoding=encoding)
     kind = detect_format(path, fmt, text)
     try:
-        got = _READERS[kind](text, path, kind, styles)
+        return _read(text, path, kind, name_prefix, styles)
     except FastTTSError:
         raise
     except Exception as e:  # a reader bug must still name the file, not end in a traceback
         raise InputError(path, f"cannot read as {kind.upper()}: {type(e).__name__}: {e}") from e
+
+
+def _read(text: str, path: Path, kind: str, name_prefix: bool, styles: frozenset[str] | None) -> ScriptRead:
+    got = _READERS[kind](text, path, kind, styles)
     warnings = list(got.warnings)
     if styles is not None and kind not in ("ass", "ssa"):
         warnings.append(f"--styles applies to ASS/SSA files only; ignored for {path}")

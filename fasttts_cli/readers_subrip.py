@@ -114,11 +114,14 @@ def read_srt(text: str, path: Path, kind: str, styles: object = None) -> FormatR
             i, prev_blank = timing_at + 1, False
             continue
         if cur is None:
+            webvtt = s.lstrip("\ufeff").startswith("WEBVTT")
             raise InputError(
                 path,
                 f"text before the first timing line: {quote(s)}",
                 line=i + 1,
-                hint=f"every cue needs a timing line like {_SRT_EXAMPLE} above its text",
+                hint="this is a WebVTT file: pass --format vtt"
+                if webvtt
+                else f"every cue needs a timing line like {_SRT_EXAMPLE} above its text",
             )
         cur[3].append(lines[i])
         prev_blank = False
@@ -141,7 +144,9 @@ def read_vtt(text: str, path: Path, kind: str, styles: object = None) -> FormatR
         raise InputError(path, "not a WebVTT file: the first line must be WEBVTT", line=1)
     out = FormatRead()
     i = 1
-    while i < n_lines and lines[i].strip():  # header lines (Kind:, Language:, ...) up to the first blank
+    # Header lines (Kind:, Language:, ...) up to the first blank line. A timing line there (a file with no
+    # blank line after WEBVTT) starts the first cue: the W3C parser would drop that cue, losing its text.
+    while i < n_lines and lines[i].strip() and "-->" not in lines[i]:
         i += 1
     while i < n_lines:
         s = lines[i].strip()

@@ -194,6 +194,13 @@ def test_vtt_structural_damage(tmp_path: Path, body: str, line: int, words: str)
 
 def test_vtt_needs_its_header(tmp_path: Path) -> None:
     _damage(_write(tmp_path, "h.vtt", "00:00:01.000 --> 00:00:02.000\nA\n"), 1, "WEBVTT")
+    err = _damage(_write(tmp_path, "v.srt", "WEBVTT\n\n00:00:01.000 --> 00:00:02.000\nA\n"), 1, "WEBVTT")
+    assert err.hint is not None and "--format vtt" in err.hint
+
+
+def test_vtt_timing_line_right_under_the_header_is_a_cue(tmp_path: Path) -> None:
+    f = _write(tmp_path, "n.vtt", "WEBVTT\nKind: captions\n00:00:01.000 --> 00:00:02.000\nFirst.\n")
+    assert [(c.text, c.source) for c in read_script(f)] == [("First.", f"{f}:3")]
 
 
 # --------------------------------------------------------------------------------------------------- ASS
