@@ -106,11 +106,22 @@ def _decode(data: bytes, skip: int, encoding: str, path: Path | str) -> str:
 _COMMON = ("cp1252", "gb18030", "big5", "shift_jis", "cp932", "euc_kr", "cp949", "cp1251", "cp1250", "cp1256")
 
 
+# Latin-script single-byte codecs, for text whose high bytes are sparse accents among ASCII letters.
+_LATIN = ["cp1252", "cp1250", "cp1254", "cp1257", "latin_1", "iso8859_2", "iso8859_15"]
+
+
 def guess_encodings(data: bytes) -> list[str]:
     """charset-normalizer's guesses at the encoding of `data` (Python codec names), likeliest first."""
     from charset_normalizer import from_bytes
 
-    results = list(from_bytes(data[:200_000]))
+    sample = data[:200_000]
+    high = sum(1 for b in sample if b >= 0x80)
+    letters = sum(1 for b in sample if 65 <= b <= 90 or 97 <= b <= 122)
+    # A few accents among many ASCII letters is Latin text; charset-normalizer alone then often calls it
+    # Big5 or GB18030, since two neighbouring high bytes ("é" + "t") also form a valid CJK character.
+    latin = high > 0 and high < 0.3 * (high + letters)
+    results = list(from_bytes(sample, cp_isolation=_LATIN)) if latin else []
+    results = results or list(from_bytes(sample))
     if not results:
         return []
     top = (results[0].chaos, -results[0].coherence)

@@ -396,3 +396,44 @@ def test_read_script_raises_only_input_errors(tmp_path: Path, ext: str, text: st
         assert str(e).startswith(f"{f}"), str(e)
         return
     assert got.n_events == len(got.cues) + len(got.skipped) and got.cues
+
+
+# ------------------------------------------------------------------------------------------ CLI plumbing
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *args: object) -> tuple[int, dict]:
+    import json
+
+    from fasttts_cli.cli import main
+
+    with pytest.raises(SystemExit) as ei:
+        main([str(a) for a in args])
+    out = capsys.readouterr().out
+    return int(ei.value.code or 0), json.loads(out)
+
+
+def test_dry_run_and_inspect_json_list_no_speech_and_skipped_events(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    f = _fansub(tmp_path)
+    code, r = _cli(capsys, "dub", f, "--voice", ALICE, "--dry-run", "--json", "--output-dir", tmp_path / "o")
+    assert code == 0, r
+    assert r["lines"]["no_speech"] == [1, 4]
+    assert len(r["lines"]["skipped"]) == 10
+    assert r["lines"]["skipped"][0] == {"source": f"{f}:15", "reason": "comment"}
+    assert any("10 events left out" in w for w in r["warnings"])
+    code, r = _cli(capsys, "inspect", f, "--voice", ALICE, "--json", "--styles", "Italics")
+    assert code == 0, r
+    assert [c["text"] for c in r["cues"]] == ["I wonder..."]
+    assert len(r["skipped"]) == len(_EVENTS) - 1
+
+
+def test_encoding_flag_on_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "fr.srt"
+    f.write_bytes("1\n00:00:01,000 --> 00:00:02,000\nÇa va très bien.\n".encode("cp1252"))
+    code, r = _cli(capsys, "inspect", f, "--voice", ALICE, "--json")
+    assert (code, r["kind"]) == (2, "InputError") and "--encoding cp1252" in r["hint"]
+    code, r = _cli(capsys, "inspect", f, "--voice", ALICE, "--json", "--encoding", "cp1252")
+    assert code == 0 and r["cues"][0]["text"] == "Ça va très bien."
+    code, r = _cli(capsys, "dub", f, "--voice", ALICE, "--json", "--dry-run", "--encoding", "nope")
+    assert code == 2 and r["error"].startswith("--encoding nope")
