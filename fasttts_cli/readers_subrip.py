@@ -132,6 +132,20 @@ def read_srt(text: str, path: Path, kind: str, styles: object = None) -> FormatR
     return out
 
 
+def _vtt_text_line(lines: list[str], i: int) -> bool:
+    """Whether line i continues a cue's text. W3C: any line but an empty one or one with `-->`. A line of
+    spaces is text (auto-captions start cues with one) unless a new cue follows it: then it is an untidy
+    blank line, and the cue identifier after it is not spoken."""
+    line = lines[i]
+    if not line or "-->" in line:
+        return False
+    if line.strip():
+        return True
+    nxt = lines[i + 1] if i + 1 < len(lines) else ""
+    after = lines[i + 2] if i + 2 < len(lines) else ""
+    return bool(nxt.strip()) and "-->" not in nxt and "-->" not in after
+
+
 def read_vtt(text: str, path: Path, kind: str, styles: object = None) -> FormatRead:
     """WebVTT per the W3C parser: the WEBVTT header, then blocks separated by blank lines; a block whose
     first or second line contains `-->` is a cue (the first line then being its identifier); NOTE, STYLE and
@@ -154,7 +168,7 @@ def read_vtt(text: str, path: Path, kind: str, styles: object = None) -> FormatR
             i += 1
             continue
         if "-->" not in s and _VTT_BLOCK.match(s):
-            while i < n_lines and lines[i].strip():
+            while i < n_lines and lines[i] and "-->" not in lines[i]:  # a "-->" line ends the block (W3C)
                 i += 1
             continue
         if "-->" not in s:
@@ -177,7 +191,7 @@ def read_vtt(text: str, path: Path, kind: str, styles: object = None) -> FormatR
         line_no = i + 1
         i += 1
         body: list[str] = []
-        while i < n_lines and lines[i].strip() and "-->" not in lines[i]:
+        while i < n_lines and _vtt_text_line(lines, i):
             body.append(lines[i])
             i += 1
         raw = "\n".join(body)

@@ -198,6 +198,23 @@ def test_vtt_needs_its_header(tmp_path: Path) -> None:
     assert err.hint is not None and "--format vtt" in err.hint
 
 
+def test_vtt_auto_captions_lines_of_spaces(tmp_path: Path) -> None:
+    f = _write(
+        tmp_path,
+        "yt.vtt",
+        "WEBVTT\nKind: captions\nLanguage: en\n\n"
+        "00:00:00.030 --> 00:00:02.270 align:start position:0%\n \nhello<00:00:00.539><c> everyone</c>\n\n"
+        "00:00:02.280 --> 00:00:04.829 align:start position:0%\nhello everyone\nto<00:00:02.490><c> my</c>\n"
+        "   \n2\n00:00:05.000 --> 00:00:06.000\nAn untidy blank line above.\n",
+    )
+    # A line of spaces opening a cue is text (W3C); one before the next cue is a blank line.
+    assert [(c.text, c.source) for c in read_script(f)] == [
+        ("hello everyone", f"{f}:5"),
+        ("hello everyone\nto my", f"{f}:9"),
+        ("An untidy blank line above.", f"{f}:14"),
+    ]
+
+
 def test_vtt_timing_line_right_under_the_header_is_a_cue(tmp_path: Path) -> None:
     f = _write(tmp_path, "n.vtt", "WEBVTT\nKind: captions\n00:00:01.000 --> 00:00:02.000\nFirst.\n")
     assert [(c.text, c.source) for c in read_script(f)] == [("First.", f"{f}:3")]
