@@ -59,8 +59,9 @@ def read_srt(text: str, path: Path, kind: str, styles: object = None) -> FormatR
     line, a block that starts like a timing line but is not one, a cue number followed by anything but a
     timing line, text before the first timing line, a timestamp out of range. Untidy but read: missing
     or repeated numbers, missing blank lines between cues, `.` for `,`, blank lines inside a cue's text,
-    a lone cue number at the end of the file, cues with no text (no_speech)."""
-    lines = text.split("\n")
+    a lone cue number at the end of the file, cues with no text (no_speech), byte-order marks left inside
+    the file by concatenating files."""
+    lines = text.replace("\ufeff", "").split("\n")
     n_lines = len(lines)
     out = FormatRead()
     cur: tuple[int, float, float, list[str]] | None = None

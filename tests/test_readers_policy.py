@@ -96,7 +96,8 @@ def test_srt_untidy_but_readable(tmp_path: Path) -> None:
         "8\n\n00:00:04,000 --> 00:00:05,000\nA blank line after the number.\n\n"
         "9\n00:00:06,000 --> 00:00:07,000\n\n"
         "10\n00:00:08,000 --> 00:00:08,000\nZero length.\n\n"
-        "11\n",
+        "\ufeff11\n00:00:09,000 --> 00:00:10,000\nA BOM from a concatenated file.\n\n"
+        "12\n",
     )
     got = read_script_full(f)
     assert [(c.index, c.start, c.end, c.text) for c in got.cues] == [
@@ -105,10 +106,11 @@ def test_srt_untidy_but_readable(tmp_path: Path) -> None:
         (3, 4.0, 5.0, "A blank line after the number."),
         (4, 6.0, 7.0, ""),
         (5, 8.0, 8.0, "Zero length."),
+        (6, 9.0, 10.0, "A BOM from a concatenated file."),
     ]
-    assert [c.source for c in got.cues] == [f"{f}:{n}" for n in (1, 5, 10, 14, 17)]
+    assert [c.source for c in got.cues] == [f"{f}:{n}" for n in (1, 5, 10, 14, 17, 21)]
     assert _no_speech(got.cues) == [4, 5]  # empty and zero-length: no_speech, not fatal
-    assert any("cue number 11 at the end of the file" in w for w in got.warnings)
+    assert any("cue number 12 at the end of the file" in w for w in got.warnings)
 
 
 def test_srt_text_with_arrows_and_numbers_inside_a_cue_is_text(tmp_path: Path) -> None:
