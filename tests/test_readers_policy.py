@@ -456,3 +456,35 @@ def test_encoding_flag_on_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert code == 0 and r["cues"][0]["text"] == "Ça va très bien."
     code, r = _cli(capsys, "dub", f, "--voice", ALICE, "--json", "--dry-run", "--encoding", "nope")
     assert code == 2 and r["error"].startswith("--encoding nope")
+
+
+def test_damage_is_one_error_line_naming_file_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fasttts_cli.cli import main
+
+    f = _write(
+        tmp_path,
+        "g.srt",
+        "1\n00:00:01,000 --> 00:00:02,000\nHello.\n2\n00:00:03;000 => 00:00:04;000\nBroken.\n",
+    )
+    with pytest.raises(SystemExit) as ei:
+        main(["dub", str(f), "--voice", str(ALICE), "--dry-run", "--output-dir", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert ei.value.code == 2 and "Traceback" not in err
+    errors = [ln for ln in err.splitlines() if ln.startswith("fasttts: error:")]
+    assert errors == [f"fasttts: error: {f}:5: malformed timing line '00:00:03;000 => 00:00:04;000'"]
+
+
+def test_an_unexpected_reader_failure_is_an_input_error_naming_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fasttts_cli import readers
+
+    def broken(*args: object) -> None:
+        raise ValueError("zip() argument 2 is longer than argument 1")
+
+    monkeypatch.setitem(readers._READERS, "srt", broken)
+    f = _write(tmp_path, "x.srt", "1\n00:00:01,000 --> 00:00:02,000\nHi\n")
+    with pytest.raises(InputError, match=r"x\.srt: cannot read as SRT: ValueError: zip\(\)"):
+        read_script(f)
