@@ -323,12 +323,19 @@ def _check_overlaps(raws: list[RawEvent], path: Path) -> list[RawEvent]:
                 if key is not None and speaker_key(a.speaker) == key
                 else "and at least one has no speaker"
             )
+            hint = "fix the times: overlapping cues are allowed only for different named speakers"
+            if a.style is not None and b.style is not None and a.style.lower() != b.style.lower():
+                # Two tracks at once (bilingual subs, a song over dialogue): the user picks what to dub.
+                hint = (
+                    f"the two are in styles {a.style!r} and {b.style!r}: pass --styles to dub only the "
+                    "dialogue styles, or " + hint
+                )
             raise InputError(
                 path,
                 f"cue overlaps the cue at {_where(a)} ({fmt_time(a.start)} --> {fmt_time(a.end)} and "
                 f"{fmt_time(b.start)} --> {fmt_time(b.end)}), {who}",
                 line=b.line,
-                hint="fix the times: overlapping cues are allowed only for different named speakers",
+                hint=hint,
             )
         last_by_speaker[key] = _later(out, last_by_speaker.get(key), i)
         last_any = _later(out, last_any, i)

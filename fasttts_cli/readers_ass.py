@@ -32,7 +32,7 @@ _DEFAULT_FORMAT = {
 }
 _TIME = re.compile(TS)
 _SIGN_WORDS = {"sign", "signs", "ts", "typeset", "typesetting", "screen", "sfx", "logo", "title", "titles"}
-_SIGN_WORDS |= {"eptitle", "credit", "credits", "staff", "preview", "eyecatch", "caption", "captions"}
+_SIGN_WORDS |= {"eptitle", "credit", "credits", "staff", "preview", "eyecatch"}
 _SONG_WORDS = {"song", "songs", "lyric", "lyrics", "kara", "karaoke", "op", "ed", "opening", "ending"}
 _SONG_WORDS |= {"insert", "romaji", "romanji", "kanji", "furigana", "theme"}
 _NOTE_WORDS = {"note", "notes", "tl", "tlnote", "tln"}
@@ -51,16 +51,23 @@ _KARAOKE_EFFECT = re.compile(r"\s*(fx|karaoke|template|code)\b", re.I)
 _SCROLL_EFFECT = re.compile(r"\s*(banner|scroll)", re.I)
 
 
+# Chinese fansub style names (no word breaks, so matched inside the name): notes, lyrics, effects, titles.
+_CJK_WORDS = {"注释": "note", "注釋": "note", "歌词": "song", "歌詞": "song", "特效": "sign", "标题": "sign"}
+_CJK_WORDS |= {"標題": "sign"}
+
+
 def style_words(name: str) -> list[str]:
-    """ "OPRomaji" -> ["op", "romaji"]; "Sign_Top2" -> ["sign", "top", "2"]; "TLNote" -> ["tl", "note"]."""
+    """ "OPRomaji" -> ["op", "romaji"]; "Sign_Top2" -> ["sign", "top", "2"]; "OP日文" -> ["op", "日文"]."""
     s = re.sub(r"([a-z])([A-Z])", r"\1 \2", name)
     s = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1 \2", s)
     s = re.sub(r"(?<=[^\W\d_])(?=\d)|(?<=\d)(?=[^\W\d_])", " ", s)
+    s = re.sub(r"(?<=[A-Za-z])(?=[^\x00-\x7f])|(?<=[^\x00-\x7f])(?=[A-Za-z])", " ", s)
     return [w.lower() for w in re.split(r"[\W_]+", s) if w]
 
 
 def _word_category(name: str, table: dict[str, str]) -> str | None:
-    return next((table[w] for w in style_words(name) if w in table), None)
+    found = next((table[w] for w in style_words(name) if w in table), None)
+    return found or next((c for w, c in _CJK_WORDS.items() if w in name), None)
 
 
 def _visible(raw: str) -> tuple[str, bool]:
@@ -192,4 +199,4 @@ def _dialogue(
     if reason is not None:
         out.skipped.append((n, reason))
     else:
-        out.events.append(RawEvent(n, times[0], times[1], body, name.strip() or None))
+        out.events.append(RawEvent(n, times[0], times[1], body, name.strip() or None, style))

@@ -21,6 +21,7 @@ class RawEvent:
     end: float | None
     text: str
     speaker: str | None
+    style: str | None = None  # ASS/SSA style, for messages that suggest --styles
 
 
 @dataclass(frozen=True)

@@ -115,13 +115,13 @@ def read_srt(text: str, path: Path, kind: str, styles: object = None) -> FormatR
             i, prev_blank = timing_at + 1, False
             continue
         if cur is None:
-            webvtt = s.lstrip("\ufeff").startswith("WEBVTT")
+            other = "vtt" if s.startswith("WEBVTT") else "ass" if s.lower() == "[script info]" else None
             raise InputError(
                 path,
                 f"text before the first timing line: {quote(s)}",
                 line=i + 1,
-                hint="this is a WebVTT file: pass --format vtt"
-                if webvtt
+                hint=f"this is not SRT: pass --format {other}"
+                if other
                 else f"every cue needs a timing line like {_SRT_EXAMPLE} above its text",
             )
         cur[3].append(lines[i])

@@ -341,6 +341,7 @@ def test_ass_format_line_decides_the_fields_and_no_events_section_is_damage(tmp_
         ("Sign_Top2", ["sign", "top", "2"]),
         ("TLNote", ["tl", "note"]),
         ("Default - Flashback", ["default", "flashback"]),
+        ("OP日文", ["op", "日文"]),
     ],
 )
 def test_style_words(name: str, words: list[str]) -> None:
@@ -363,6 +364,8 @@ def test_style_words(name: str, words: list[str]) -> None:
         ("Default", "", "Banner;10", "Scrolling", "sign"),
         ("Default", "", "template line", "x", "karaoke"),
         ("Default", "", "", "{\\kf50}Sing", "karaoke"),
+        ("中文注释", "", "", "注", "note"),
+        ("中文", "", "", "对白", None),
     ],
 )
 def test_ass_default_rule(style: str, name: str, effect: str, text: str, category: str | None) -> None:
@@ -488,3 +491,19 @@ def test_an_unexpected_reader_failure_is_an_input_error_naming_the_file(
     f = _write(tmp_path, "x.srt", "1\n00:00:01,000 --> 00:00:02,000\nHi\n")
     with pytest.raises(InputError, match=r"x\.srt: cannot read as SRT: ValueError: zip\(\)"):
         read_script(f)
+
+
+def test_bilingual_overlap_names_both_styles_and_suggests_styles(tmp_path: Path) -> None:
+    events = [
+        "Dialogue: 0,0:00:01.00,0:00:03.00,Default,,0,0,0,,Good morning.",
+        "Dialogue: 0,0:00:01.00,0:00:03.00,JP,,0,0,0,,おはよう。",
+    ]
+    err = _damage(_fansub(tmp_path, events), 15, "overlaps the cue at line 14")
+    assert err.hint is not None and "'Default' and 'JP'" in err.hint and "--styles" in err.hint
+    cues = read_script(_fansub(tmp_path, events), styles=parse_styles("default"))
+    assert [c.text for c in cues] == ["Good morning."]
+
+
+def test_an_srt_that_is_another_format_says_which(tmp_path: Path) -> None:
+    err = _damage(_write(tmp_path, "a.srt", "[Script Info]\nTitle: x\n"), 1, "text before the first timing")
+    assert err.hint is not None and "--format ass" in err.hint
