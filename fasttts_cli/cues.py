@@ -10,7 +10,7 @@ class Cue:
     index: int  # 1-based cue number as the user counts them (what --only 3,7-9 refers to)
     start: float | None  # seconds; None for untimed input (TXT) until laid out
     end: float | None
-    text: str  # display text, markup stripped, line breaks -> spaces
+    text: str  # display text: markup stripped, one "\n" per line break (clean_text needs them: dashes)
     speaker: str | None
     source: str  # "path:line" for messages
 
