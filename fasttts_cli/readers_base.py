@@ -67,7 +67,9 @@ def stamp_seconds(m: re.Match[str], first: int = 1) -> float:
     hours, minutes, seconds, frac = m.group(first, first + 1, first + 2, first + 3)
     h, mi, s = int(hours or 0), int(minutes), int(seconds)
     if mi >= 60 or s >= 60:
-        raise ValueError(f"{m.group(0)!r} is out of range (minutes and seconds must be below 60)")
+        lo = m.start(first) if hours else m.start(first + 1)
+        stamp = m.string[lo : m.end(first + 3) if frac else m.end(first + 2)]
+        raise ValueError(f"{stamp!r} is out of range (minutes and seconds must be below 60)")
     return round(h * 3600 + mi * 60 + s + (int(frac) / 10 ** len(frac) if frac else 0.0), 3)
 
 

@@ -58,7 +58,7 @@ def test_srt_malformed_timing_line_is_never_glued_into_text(tmp_path: Path, blan
         ("", 1, "no cues found"),
         ("\n\n  \n", 1, "no cues found"),
         ("Just some text\nand more\n", 1, "text before the first timing line: 'Just some text'"),
-        ("1\n00:00:01,000 --> 00:00:61,000\nHi\n", 2, "out of range"),
+        ("1\n00:00:01,000 --> 00:00:61,000\nHi\n", 2, "'00:00:61,000' is out of range"),
         ("1\n00:61:00,000 --> 00:62:00,000\nHi\n", 2, "out of range"),
         ("1\n00:00:01,000 --> 00:00:02,0000\nHi\n", 2, "malformed timing line"),
         ("1\n00:00:01,000 --> 00:00:0x,000\nHi\n", 2, "malformed timing line"),
