@@ -422,20 +422,39 @@ def synth(
 
 @app.command(epilog=EXIT_CODES_HELP)
 def inspect(
-    script: Annotated[Path, typer.Argument(help="Subtitles or script file.")],
-    voice: Annotated[list[str] | None, typer.Option("--voice", metavar="[NAME=]PATH")] = None,
-    video: Annotated[Path | None, typer.Option("--video")] = None,
+    script: Annotated[Path, typer.Argument(help="Subtitles or script file; - = stdin.")],
+    voice: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--voice", metavar="[NAME=]PATH", help="Voices as for dub (optional here: shows who has none)."
+        ),
+    ] = None,
+    video: Annotated[
+        Path | None, typer.Option("--video", help="The video: the forecast stops at its end.")
+    ] = None,
     engine: EngineOpt = None,
-    input_format: Annotated[str | None, typer.Option("--format")] = None,
-    name_prefix: Annotated[bool, typer.Option("--name-prefix")] = False,
-    strict_voices: Annotated[bool, typer.Option("--strict-voices")] = False,
+    input_format: Annotated[
+        str | None, typer.Option("--format", help="Input format if the extension is not enough.")
+    ] = None,
+    name_prefix: Annotated[
+        bool, typer.Option("--name-prefix", help="Read 'Name: text' prefixes as speakers.")
+    ] = False,
+    strict_voices: Annotated[
+        bool, typer.Option("--strict-voices", help="A --voice NAME= that matches no speaker is an error.")
+    ] = False,
     styles: StylesOpt = None,
     encoding: EncodingOpt = None,
-    batch_size: Annotated[int, typer.Option("--batch-size")] = 8,
-    max_batch_tokens: Annotated[int, typer.Option("--max-batch-tokens")] = 2000,
-    max_speedup: Annotated[float, typer.Option("--max-speedup")] = 1.25,
-    min_gap: Annotated[float, typer.Option("--min-gap")] = 0.08,
-    only: Annotated[str | None, typer.Option("--only", metavar="3,7-9")] = None,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Lines per synthesis batch.")] = 8,
+    max_batch_tokens: Annotated[
+        int, typer.Option("--max-batch-tokens", help="Padded tokens per batch.")
+    ] = 2000,
+    max_speedup: Annotated[
+        float, typer.Option("--max-speedup", help="Tempo cap for the forecast (as for dub).")
+    ] = 1.25,
+    min_gap: Annotated[float, typer.Option("--min-gap", help="Seconds kept between lines.")] = 0.08,
+    only: Annotated[
+        str | None, typer.Option("--only", metavar="3,7-9", help="Batch just these lines, as dub would.")
+    ] = None,
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
     verbose: VerboseOpt = 0,
@@ -487,10 +506,12 @@ def _print_inspect(r: dict[str, Any]) -> None:
             c["text"],
         )
     con.print(t)
-    sp = ", ".join(f"{k} ({v['lines']} lines -> {v['voice']})" for k, v in r["speakers"].items())
+    sp = ", ".join(
+        f"{k} ({v['lines']} lines -> {v['voice'] or 'no voice yet'})" for k, v in r["speakers"].items()
+    )
     con.print(f"speakers: {sp}")
     for b in r["batches"]:
-        con.print(f"batch {b['index']}: voice {b['voice']}, lines {b['lines']}")
+        con.print(f"batch {b['index']}: voice {b['voice'] or '(none yet)'}, lines {b['lines']}")
     s = r["forecast"]["summary"]
     con.print(
         f"forecast at {r['forecast']['chars_per_second']} chars/s: max factor {s['max_factor']}, "

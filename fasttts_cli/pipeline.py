@@ -355,8 +355,9 @@ class JobInputs:
     read_warnings: list[str] = field(default_factory=list)  # untidy things the reader met
 
 
-def read_inputs(o: DubOptions) -> JobInputs:
-    """Read and check every input before anything slow runs; each problem names its file or flag."""
+def read_inputs(o: DubOptions, *, require_voices: bool = True) -> JobInputs:
+    """Read and check every input before anything slow runs; each problem names its file or flag.
+    `require_voices=False` (inspect) lets speakers without a voice through."""
     from fasttts_cli.plan import parse_only
     from fasttts_cli.probe import probe, require_video
     from fasttts_cli.readers import layout_untimed, parse_styles, read_script_full
@@ -378,7 +379,8 @@ def read_inputs(o: DubOptions) -> JobInputs:
     voice_warnings = voice_name_problems(cues, vm)
     if voice_warnings and o.strict_voices:
         raise UsageError(voice_warnings[0], hint="fix the name, or leave out --strict-voices to only warn")
-    check_voices(cues, vm)
+    if require_voices:
+        check_voices(cues, vm)
     only = None
     if o.only:
         only = parse_only(o.only)
@@ -1052,13 +1054,15 @@ def inspect_job(o: DubOptions) -> dict[str, Any]:
     The forecast runs the real timing solver on durations guessed at `FORECAST_CPS` spoken characters
     per second (typical narration), so it shows where speed-ups and shifts are likely; real durations
     come only from synthesis."""
+    from fasttts_cli.speakers import with_placeholder_voices
     from fasttts_cli.timing import SlotInput, layout_sequential, solve_timing, summarize
 
     validate_options(o)
-    job = read_inputs(o)
+    job = read_inputs(o, require_voices=False)
     selection = select_engine(o.engine)
     counter, token_source = token_counter(selection, o.preset)
-    plan = _plan(job.cues, job.voices, counter, o, job.only)
+    voices, stand_ins = with_placeholder_voices(job.cues, job.voices)
+    plan = _plan(job.cues, voices, counter, o, job.only)
     est = {ln.index: _forecast_duration(ln.text) for ln in plan.lines}
     if job.untimed:
         slots = layout_sequential([(ln.index, est[ln.index]) for ln in plan.lines], pause=UNTIMED_PAUSE)
@@ -1070,7 +1074,8 @@ def inspect_job(o: DubOptions) -> dict[str, Any]:
     forecast = solve_timing(slots, topts, media_end=media_end)
     speakers: dict[str, dict[str, Any]] = {}
     for ln in plan.lines:
-        sp = speakers.setdefault(ln.speaker or "(none)", {"lines": 0, "voice": str(ln.voice)})
+        voice = None if ln.voice in stand_ins else str(ln.voice)
+        sp = speakers.setdefault(ln.speaker or "(none)", {"lines": 0, "voice": voice})
         sp["lines"] += 1
     return {
         "ok": True,
@@ -1093,10 +1098,15 @@ def inspect_job(o: DubOptions) -> dict[str, Any]:
         ],
         "no_speech": list(plan.skipped),
         "skipped": [s.to_json() for s in job.skipped],
-        "warnings": job.read_warnings + job.voice_warnings,
+        "warnings": job.read_warnings + job.voice_warnings + _unvoiced_warning(speakers),
         "speakers": speakers,
         "batches": [
-            {"index": b.index, "voice": str(b.voice), "lines": list(b.line_indices)} for b in plan.batches
+            {
+                "index": b.index,
+                "voice": None if b.voice in stand_ins else str(b.voice),
+                "lines": list(b.line_indices),
+            }
+            for b in plan.batches
         ],
         "forecast": {
             "chars_per_second": FORECAST_CPS,
@@ -1104,6 +1114,15 @@ def inspect_job(o: DubOptions) -> dict[str, Any]:
             "summary": summarize(forecast),
         },
     }
+
+
+def _unvoiced_warning(speakers: dict[str, dict[str, Any]]) -> list[str]:
+    missing = [name for name, sp in speakers.items() if sp["voice"] is None]
+    if not missing:
+        return []
+    return [
+        f"no voice yet for {', '.join(missing)}: `dub` needs --voice NAME=PATH (or a default --voice PATH)"
+    ]
 
 
 FORECAST_CPS = 15.0

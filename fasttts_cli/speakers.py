@@ -139,3 +139,21 @@ def voice_name_problems(cues: Iterable[Cue], vm: VoiceMap) -> list[str]:
             suggestion = "; the script names no speakers"
         problems.append(f"--voice {given}=...: no speaker {given!r} in the script{suggestion}")
     return problems
+
+
+def with_placeholder_voices(cues: Iterable[Cue], vm: VoiceMap) -> tuple[VoiceMap, set[Path]]:
+    """`vm` plus a stand-in path for every speaker with no voice, and the set of stand-ins: lets `inspect`
+    plan and batch a script before any voice is chosen (the stand-ins are never opened)."""
+    named = dict(vm.named)
+    default = vm.default
+    stand_ins: set[Path] = set()
+    for key, (name, _) in speakers_found(cues).items():
+        if vm.lookup(name) is not None:
+            continue
+        if key is None:
+            default = Path("(no voice: lines without a speaker)")
+            stand_ins.add(default)
+        else:
+            named[name or key] = Path(f"(no voice: {name})")
+            stand_ins.add(named[name or key])
+    return VoiceMap(default=default, named=named), stand_ins

@@ -58,3 +58,30 @@ def test_cli_warns_by_default_and_refuses_with_strict_voices(tmp_path: Path):
     assert strict.returncode == 2
     err = json.loads(strict.stdout)
     assert err["ok"] is False and "BOBB" in err["error"] and "Traceback" not in strict.stderr
+
+
+def test_inspect_runs_without_voices_and_says_who_has_none(tmp_path: Path):
+    script = tmp_path / "ep.tsv"
+    script.write_text(SCRIPT, encoding="utf-8")
+    proc = subprocess.run(
+        [sys.executable, "-m", "fasttts_cli", "inspect", str(script), "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert {k: v["voice"] for k, v in out["speakers"].items()} == {"ALICE": None, "BOB": None}
+    assert all(b["voice"] is None for b in out["batches"]) and len(out["batches"]) == 2
+    assert any("no voice yet for ALICE, BOB" in w for w in out["warnings"])
+
+
+def test_inspect_help_documents_every_option():
+    proc = subprocess.run(
+        [sys.executable, "-m", "fasttts_cli", "inspect", "--help"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    options = [ln for ln in proc.stdout.splitlines() if ln.strip().startswith("--")]
+    assert options and all(len(ln.split()) > 2 for ln in options), options
