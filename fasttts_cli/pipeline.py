@@ -370,9 +370,13 @@ def read_inputs(o: DubOptions) -> JobInputs:
                 f"(it has lines {min(known)}-{max(known)})",
                 hint="line numbers are the ones `fasttts inspect` shows",
             )
-    media = require_video(o.video) if o.video is not None else None
+    # check_complete: a truncated video, stem or voice is refused here, not found out after synthesis.
+    media = require_video(o.video, check_complete=True) if o.video is not None else None
     if o.background is not None:
-        probe(o.background)
+        probe(o.background, check_complete=True)
+    for voice in dict.fromkeys([vm.default, *vm.named.values()]):
+        if voice is not None:
+            probe(voice, check_complete=True)
     return JobInputs(cues, vm, only, media, untimed)
 
 
