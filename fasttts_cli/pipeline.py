@@ -360,7 +360,7 @@ def read_inputs(o: DubOptions) -> JobInputs:
     vm = parse_voice_flags(o.voices)
     check_voices(cues, vm)
     only = None
-    if o.only:
+    if o.only is not None:  # not `if o.only`: an empty --only "" must be refused, not mean "all lines"
         only = parse_only(o.only)
         known = {c.index for c in cues}
         missing = sorted(only - known)
