@@ -106,6 +106,11 @@ _STREAM_RE = re.compile(
 _META_RE = re.compile(r"^\s+(?P<key>[^:]+?)\s*: (?P<value>.*)$")
 
 
+# Boxes an MP4/MOV file starts with: with one of them first, "moov atom not found" means the file was cut
+# before its index; without, the file is something else that was merely named .mp4.
+_MP4_FIRST_BOXES = {b"ftyp", b"mdat", b"free", b"skip", b"wide", b"pnot", b"moov"}
+
+
 def _hms(text: str) -> float:
     h, m, s = text.split(":")
     return int(h) * 3600 + int(m) * 60 + float(s)
@@ -300,7 +305,7 @@ def probe(path: Path, *, check_complete: bool = False) -> MediaInfo:
         raise InputError(path, "is a folder, not a media file")
     try:
         with path.open("rb") as fh:
-            fh.read(1)
+            head = fh.read(8)
     except OSError as exc:
         raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
     proc = subprocess.run(
@@ -311,11 +316,11 @@ def probe(path: Path, *, check_complete: bool = False) -> MediaInfo:
         check=False,
     )
     err = proc.stderr
-    if "moov atom not found" in err:
+    if "moov atom not found" in err and head[4:8] in _MP4_FIRST_BOXES:
         # An MP4/MOV whose index was to be written at the end, by a muxer or transfer that never got there.
         raise InputError(
             path,
-            "truncated or corrupt: no MP4 index (moov atom not found), as when a recording, download "
+            "truncated or corrupt: no MP4/MOV index (moov atom not found), as when a recording, download "
             "or copy did not finish",
             hint="copy or download it again; a recording cut off this way needs a repair tool (untrunc)",
         )
