@@ -18,7 +18,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from fasttts_cli.errors import FastTTSError, InputError
+from fasttts_cli.errors import InputError
 from fasttts_cli.ffmpeg import ffmpeg_path
 from fasttts_cli.probe import MediaInfo
 
@@ -84,9 +84,10 @@ def _read_ends(path: Path, streams: list[int], since: float | None) -> dict[int,
     cmd += ["-c", "copy", "-f", "framecrc", "-"]
     proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", check=False)
     ends = parse_framecrc(proc.stdout)
-    if proc.returncode != 0 and not ends:
-        tail = " | ".join(proc.stderr.strip().splitlines()[-3:]) or f"ffmpeg exit {proc.returncode}"
-        raise FastTTSError(f"{path}: could not read its packets to check it is complete: {tail}")
+    if proc.returncode != 0 and not ends and since is None:
+        # Not one packet from the start: past what a probe can see, the file is unreadable.
+        tail = " | ".join(proc.stderr.strip().splitlines()[-2:]) or f"ffmpeg exit {proc.returncode}"
+        raise InputError(path, f"corrupt: ffmpeg cannot read its packets ({tail})")
     # framecrc numbers the output streams in -map order.
     return {streams[out]: end for out, end in ends.items() if out < len(streams)}
 
@@ -102,7 +103,8 @@ def stream_ends(info: MediaInfo) -> list[StreamEnd]:
     since = end - tolerance(info.duration) - _MARGIN_S
     ends = _read_ends(info.path, streams, since if since > info.start_time else None)
     if since > info.start_time and len(ends) < len(streams):
-        # A stream with nothing in the last seconds: read it all, to say where it stops.
+        # A stream with nothing in the last seconds (or a seek that failed): read it all, to say where the
+        # streams stop.
         ends = _read_ends(info.path, streams, None)
     return [StreamEnd(i, kinds[i], ends.get(i)) for i in streams]
 

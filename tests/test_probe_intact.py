@@ -152,6 +152,15 @@ def test_half_of_the_demo_video_says_where_its_streams_end(tmp_path: Path) -> No
 
 
 @needs_demo
+def test_an_mp4_cut_just_after_its_index_has_no_packet(tmp_path: Path) -> None:
+    data = DEMO.read_bytes()
+    cut = tmp_path / "head.mp4"
+    cut.write_bytes(data[: data.index(b"mdat") + 100])  # the header and index, hardly any data
+    with pytest.raises(InputError, match=r"head\.mp4: truncated or corrupt: no stream has any packet but"):
+        probe(cut, check_complete=True)
+
+
+@needs_demo
 @pytest.mark.parametrize("fraction", FRACTIONS)
 def test_mp4_with_its_index_at_the_end_cut_is_refused(
     media: dict[str, Path], tmp_path: Path, fraction: float
