@@ -374,7 +374,8 @@ def read_inputs(o: DubOptions) -> JobInputs:
     media = require_video(o.video, check_complete=True) if o.video is not None else None
     if o.background is not None:
         probe(o.background, check_complete=True)
-    for voice in dict.fromkeys([vm.default, *vm.named.values()]):
+    emotion_audio = o.emotion.audio if o.emotion is not None else None
+    for voice in dict.fromkeys([vm.default, *vm.named.values(), emotion_audio]):
         if voice is not None:
             probe(voice, check_complete=True)
     return JobInputs(cues, vm, only, media, untimed)
@@ -1075,6 +1076,11 @@ def synth_one(
     if so.output.suffix.lower() not in AUDIO_EXTS:
         raise UsageError(f"-o/--output {so.output}: the extension must be one of {', '.join(AUDIO_EXTS)}")
     check_writable(so.output.parent if str(so.output.parent) else Path("."), "-o/--output")
+    from fasttts_cli.probe import probe
+
+    for ref in (so.voice, so.emotion.audio if so.emotion is not None else None):
+        if ref is not None:
+            probe(ref, check_complete=True)  # a truncated reference is refused before the model loads
     selection = select_engine(so.engine) if synthesizer is None else EngineSelection("custom", None, "given")
     with rep.stage("load"):
         synth = synthesizer or load_synthesizer(selection, so.preset)

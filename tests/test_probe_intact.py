@@ -228,3 +228,19 @@ def test_dry_run_accepts_the_intact_inputs(capsys, media: dict[str, Path], tmp_p
     args += ["--background", media["m4a"], "--dry-run", "-o", tmp_path / "out.mp4"]
     code, _, err = run(capsys, *args)
     assert code == 0, err
+
+
+@needs_demo
+def test_dry_run_refuses_a_cut_emotion_reference(capsys, media: dict[str, Path], tmp_path: Path) -> None:
+    cut = _cut(media["m4a"], 0.5, tmp_path / "angry.m4a")
+    args = ["dub", SAMPLES / "demo.srt", "--voice", ALICE, "--emotion-audio", cut, "--dry-run"]
+    code, _, err = run(capsys, *args, "-o", tmp_path / "out.wav")
+    assert code == 2 and str(cut) in one_error_line(err) and "truncated" in err
+
+
+@needs_demo
+def test_synth_refuses_a_cut_voice_before_loading_a_model(capsys, media: dict[str, Path], tmp_path) -> None:
+    cut = _cut(media["wav"], 0.5, tmp_path / "voice.wav")
+    code, out, err = run(capsys, "synth", "Hello there.", "--voice", cut, "-o", tmp_path / "x.wav")
+    assert code == 2 and out == "" and not (tmp_path / "x.wav").exists()
+    assert str(cut) in one_error_line(err) and "truncated" in err
