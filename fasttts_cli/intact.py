@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 import struct
 import subprocess
+import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,11 +53,11 @@ def tolerance(duration: float) -> float:
     return max(ABS_TOLERANCE_S, REL_TOLERANCE * duration)
 
 
-def parse_framecrc(text: str) -> dict[int, float]:
-    """Output stream number -> end of its last packet in seconds, from ffmpeg's `framecrc` output."""
+def parse_framecrc(lines: Iterable[str]) -> dict[int, float]:
+    """Output stream number -> end of its last packet in seconds, from ffmpeg's `framecrc` output lines."""
     timebase: dict[int, float] = {}
     ends: dict[int, float] = {}
-    for line in text.splitlines():
+    for line in lines:
         m = _TB_RE.match(line)
         if m:
             timebase[int(m[1])] = int(m[2]) / int(m[3])
@@ -82,12 +84,19 @@ def _read_ends(path: Path, streams: list[int], since: float | None) -> dict[int,
         cmd += ["-map", f"0:{idx}"]
     # -copyts keeps the container's timestamps, so the ends compare with its start + duration.
     cmd += ["-c", "copy", "-f", "framecrc", "-"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", check=False)
-    ends = parse_framecrc(proc.stdout)
-    if proc.returncode != 0 and not ends and since is None:
-        # Not one packet from the start: past what a probe can see, the file is unreadable.
-        tail = " | ".join(proc.stderr.strip().splitlines()[-2:]) or f"ffmpeg exit {proc.returncode}"
-        raise InputError(path, f"corrupt: ffmpeg cannot read its packets ({tail})")
+    # Lines are parsed as they come: a full read of a film is a line per packet, half a million of them.
+    with tempfile.TemporaryFile() as err:
+        with subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, text=True, errors="replace"
+        ) as proc:
+            assert proc.stdout is not None
+            ends = parse_framecrc(proc.stdout)
+        if proc.returncode != 0 and not ends and since is None:
+            # Not one packet from the start: past what a probe can see, the file is unreadable.
+            err.seek(0)
+            log = err.read().decode(errors="replace").strip().splitlines()
+            why = " | ".join(log[-2:]) or f"ffmpeg exit {proc.returncode}"
+            raise InputError(path, f"corrupt: ffmpeg cannot read its packets ({why})")
     # framecrc numbers the output streams in -map order.
     return {streams[out]: end for out, end in ends.items() if out < len(streams)}
 

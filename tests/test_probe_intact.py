@@ -71,7 +71,7 @@ def test_parse_framecrc_takes_each_streams_last_packet_end() -> None:
             "2,          0,     999999,        1,        1, 0x0",  # no #tb line: not a stream we mapped
         ]
     )
-    ends = intact.parse_framecrc(text)
+    ends = intact.parse_framecrc(text.splitlines())
     assert ends == {0: pytest.approx((124928 + 512) / 12800), 1: pytest.approx(20.0)}
 
 
