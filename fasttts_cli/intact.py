@@ -5,9 +5,10 @@ index, a Matroska or WAV header); ffmpeg reads what is there and stops without a
 quietly cover half a film. The check compares where each audio and video stream's packets really end against
 the container's end, reading only the last seconds: an input `-ss` seek (through the container's index, where
 there is one) followed by a stream copy into ffmpeg's `framecrc` muxer, whose per-packet lines carry the
-timestamps. No decoding, and the part read is the same few seconds for a clip or a two-hour film. Only when
-a stream has no packet in that window (its data is missing) does a second pass read the whole file, to say
-where the streams do end; that cost falls on broken files alone.
+timestamps. No decoding, and the part read is the last half-percent (at least a few seconds) of a clip or
+a film. Only when a stream has no packet in that window (its data is missing) do further reads look back
+from the end, four times as far each time, to say where the streams do end; that cost falls on broken
+files alone.
 """
 
 from __future__ import annotations
@@ -25,13 +26,14 @@ from fasttts_cli.ffmpeg import ffmpeg_path
 from fasttts_cli.probe import MediaInfo
 
 # Real, complete files have stream ends that differ from the container's: AAC/Opus priming and padding
-# (20-50 ms), the last video frame's duration (1/fps: 40 ms at 25 fps, up to 0.5 s in a 2 fps slideshow),
-# a Matroska block without a duration, the container duration printed to 10 ms. None of that reaches half a
-# second. The relative part covers the long files muxed from separately made tracks, where an audio track a
-# few seconds shorter than the picture is common and harmless (1% of a 2-hour film: 72 s); a transfer that
-# stopped early loses far more than that.
+# (20-50 ms), the last video frame's duration (1/fps: 40 ms at 25 fps, 0.5 s in a 2 fps slideshow), a
+# Matroska block without a duration, the container duration printed to 10 ms. None of that reaches half a
+# second. What grows with the length is drift between tracks made apart: a track timed at 24 fps muxed with
+# one at 23.976 (the 1000/1001 NTSC factor, 0.1%: 7.2 s over 2 hours), an audio track a few seconds short
+# of a film's picture. 0.5% (36 s over 2 hours) clears those five times over, and a transfer that stopped
+# early loses more: the typical cut is anywhere in the file, not in its last half-percent.
 ABS_TOLERANCE_S = 0.5
-REL_TOLERANCE = 0.01
+REL_TOLERANCE = 0.005
 # Seconds read before the tolerance window: the input seek lands on the keyframe at or before its target, and
 # a stream interleaved late in the file must still show a packet.
 _MARGIN_S = 3.0
@@ -109,13 +111,15 @@ def stream_ends(info: MediaInfo) -> list[StreamEnd]:
     if not streams:
         return []
     end = info.start_time + info.duration
-    since = end - tolerance(info.duration) - _MARGIN_S
-    ends = _read_ends(info.path, streams, since if since > info.start_time else None)
-    if since > info.start_time and len(ends) < len(streams):
-        # A stream with nothing in the last seconds (or a seek that failed): read it all, to say where the
-        # streams stop.
-        ends = _read_ends(info.path, streams, None)
-    return [StreamEnd(i, kinds[i], ends.get(i)) for i in streams]
+    span = tolerance(info.duration) + _MARGIN_S
+    while True:
+        since = end - span
+        ends = _read_ends(info.path, streams, since if since > info.start_time else None)
+        if len(ends) == len(streams) or since <= info.start_time:
+            return [StreamEnd(i, kinds[i], ends.get(i)) for i in streams]
+        # A stream with nothing in the window (its data is missing, or a seek failed): look further back,
+        # four times as far each time, so that saying where a cut film stops does not read all of it.
+        span *= 4
 
 
 def wav_lengths(path: Path) -> tuple[float, float] | None:
