@@ -202,6 +202,26 @@ def test_an_intact_file_is_checked_from_its_last_seconds_only(
     assert len(calls) == 1 and calls[0] is not None and calls[0] > 15.0
 
 
+@needs_demo
+def test_a_cut_file_is_looked_at_further_back_not_read_whole(
+    media: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An MP4 seeks through its index, here to data that is not there: the first window holds no packet.
+    cut = _cut(media["mp4"], 0.75, tmp_path / "cut.mp4")  # about 15 of 20 s
+    calls: list[float | None] = []
+    real = intact._read_ends
+
+    def spy(path, streams, since):
+        calls.append(since)
+        return real(path, streams, since)
+
+    monkeypatch.setattr(intact, "_read_ends", spy)
+    with pytest.raises(InputError, match=r"the streams end at 1[45]\.\d\d s"):
+        probe(cut, check_complete=True)
+    # The last 3.5 s hold nothing; the next window, four times as long, finds the end without reading it all.
+    assert len(calls) == 2 and None not in calls and calls[1] < calls[0]
+
+
 # -- through the CLI: exit 2 from `dub --dry-run`, before any synthesis -----------------------------------
 
 
