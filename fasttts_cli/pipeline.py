@@ -382,7 +382,7 @@ def read_inputs(o: DubOptions, *, require_voices: bool = True) -> JobInputs:
     if require_voices:
         check_voices(cues, vm)
     only = None
-    if o.only:
+    if o.only is not None:  # not `if o.only`: an empty --only "" must be refused, not mean "all lines"
         only = parse_only(o.only)
         known = {c.index for c in cues}
         missing = sorted(only - known)
@@ -392,9 +392,14 @@ def read_inputs(o: DubOptions, *, require_voices: bool = True) -> JobInputs:
                 f"(it has lines {min(known)}-{max(known)})",
                 hint="line numbers are the ones `fasttts inspect` shows",
             )
-    media = require_video(o.video) if o.video is not None else None
+    # check_complete: a truncated video, stem or voice is refused here, not found out after synthesis.
+    media = require_video(o.video, check_complete=True) if o.video is not None else None
     if o.background is not None:
-        probe(o.background)
+        probe(o.background, check_complete=True)
+    emotion_audio = o.emotion.audio if o.emotion is not None else None
+    for voice in dict.fromkeys([vm.default, *vm.named.values(), emotion_audio]):
+        if voice is not None:
+            probe(voice, check_complete=True)
     return JobInputs(cues, vm, only, media, untimed, voice_warnings, got.skipped, got.warnings)
 
 
@@ -1158,6 +1163,11 @@ def synth_one(
     if so.output.suffix.lower() not in AUDIO_EXTS:
         raise UsageError(f"-o/--output {so.output}: the extension must be one of {', '.join(AUDIO_EXTS)}")
     check_writable(so.output.parent if str(so.output.parent) else Path("."), "-o/--output")
+    from fasttts_cli.probe import probe
+
+    for ref in (so.voice, so.emotion.audio if so.emotion is not None else None):
+        if ref is not None:
+            probe(ref, check_complete=True)  # a truncated reference is refused before the model loads
     selection = select_engine(so.engine) if synthesizer is None else EngineSelection("custom", None, "given")
     with rep.stage("load"):
         synth = synthesizer or load_synthesizer(selection, so.preset)

@@ -238,8 +238,9 @@ def parse_only(spec: str) -> set[int]:
     """`"3,7-9"` -> {3, 7, 8, 9}. Cue numbers are 1-based; UsageError naming --only on a bad spec."""
     out: set[int] = set()
     parts = [p.strip() for p in spec.split(",")]
-    if not spec.strip():
-        raise UsageError("--only: empty list", hint="e.g. --only 3,7-9")
+    if not any(parts):
+        # "" or " , ": no cue at all, which must not fall through to "every line".
+        raise UsageError(f'--only "{spec}": empty selection; give cue numbers like 3,7-9')
     for part in parts:
         m = re.fullmatch(r"(\d+)(?:\s*-\s*(\d+))?", part)
         if not m:

@@ -89,6 +89,9 @@ class MediaInfo:
     subtitle_streams: list[SubtitleStreamInfo] = field(default_factory=list)
     format_name: str = ""
     start_time: float = 0.0  # container start timestamp (MPEG-TS files often start at 1.4 s, not 0)
+    # Where `duration` comes from: "header" (the container says so), "estimated" (ffmpeg guessed it from
+    # the bitrate, e.g. an MP3 without a Xing header) or "decoded" (the header had none; probe() decoded).
+    duration_source: str = "header"
 
 
 _INPUT_RE = re.compile(r"^Input #0, (?P<fmt>.+?), from '")
@@ -101,6 +104,11 @@ _STREAM_RE = re.compile(
     r"Attachment): (?P<rest>.*)$"
 )
 _META_RE = re.compile(r"^\s+(?P<key>[^:]+?)\s*: (?P<value>.*)$")
+
+
+# Boxes an MP4/MOV file starts with: with one of them first, "moov atom not found" means the file was cut
+# before its index; without, the file is something else that was merely named .mp4.
+_MP4_FIRST_BOXES = {b"ftyp", b"mdat", b"free", b"skip", b"wide", b"pnot", b"moov"}
 
 
 def _hms(text: str) -> float:
@@ -255,6 +263,7 @@ def parse_ffmpeg_info(path: Path, stderr: str) -> MediaInfo:
         subtitle_streams=subs,
         format_name=fmt,
         start_time=start,
+        duration_source="estimated" if "Estimating duration from bitrate" in stderr else "header",
     )
 
 
@@ -284,8 +293,11 @@ def _decoded_duration(path: Path) -> float:
     return _hms(times[-1]) if times else 0.0
 
 
-def probe(path: Path) -> MediaInfo:
-    """Streams, codecs and tags of a media file; InputError naming the file if it is missing or not media."""
+def probe(path: Path, *, check_complete: bool = False) -> MediaInfo:
+    """Streams, codecs and tags of a media file; InputError naming the file if it is missing or not media.
+
+    `check_complete` also reads the file's last seconds of packets: InputError when it is truncated (see
+    fasttts_cli/intact.py). For the user's inputs, before any slow work; not needed for files we wrote."""
     path = Path(path)
     if not path.exists():
         raise InputError(path, "no such file")
@@ -293,7 +305,7 @@ def probe(path: Path) -> MediaInfo:
         raise InputError(path, "is a folder, not a media file")
     try:
         with path.open("rb") as fh:
-            fh.read(1)
+            head = fh.read(8)
     except OSError as exc:
         raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
     proc = subprocess.run(
@@ -304,6 +316,14 @@ def probe(path: Path) -> MediaInfo:
         check=False,
     )
     err = proc.stderr
+    if "moov atom not found" in err and head[4:8] in _MP4_FIRST_BOXES:
+        # An MP4/MOV whose index was to be written at the end, by a muxer or transfer that never got there.
+        raise InputError(
+            path,
+            "truncated or corrupt: no MP4/MOV index (moov atom not found), as when a recording, download "
+            "or copy did not finish",
+            hint="copy or download it again; a recording cut off this way needs a repair tool (untrunc)",
+        )
     if "Input #0" not in err:
         last = [ln for ln in err.strip().splitlines() if ln.strip()]
         why = "not a media file ffmpeg can read"
@@ -316,13 +336,18 @@ def probe(path: Path) -> MediaInfo:
     if not info.audio_streams and not info.video_streams:
         raise InputError(path, "has no audio or video stream")
     if info.duration <= 0.0:
-        info = MediaInfo(**{**info.__dict__, "duration": _decoded_duration(path.resolve())})
+        decoded = _decoded_duration(path.resolve())
+        info = MediaInfo(**{**info.__dict__, "duration": decoded, "duration_source": "decoded"})
+    if check_complete:
+        from fasttts_cli.intact import check_intact
+
+        check_intact(info)
     return info
 
 
-def require_video(path: Path) -> MediaInfo:
+def require_video(path: Path, *, check_complete: bool = False) -> MediaInfo:
     """probe() that also insists on a real video stream (cover art does not count)."""
-    info = probe(path)
+    info = probe(path, check_complete=check_complete)
     if not info.has_video:
         raise InputError(path, "no video stream (pass the video file, or leave out --video for audio only)")
     return info

@@ -154,6 +154,13 @@ def test_parse_only_rejects(spec: str) -> None:
         parse_only(spec)
 
 
+@pytest.mark.parametrize("spec", ["", " ", ",", " , ", ",,,"])
+def test_parse_only_refuses_a_selection_with_no_cue(spec: str) -> None:
+    with pytest.raises(UsageError) as ei:
+        parse_only(spec)
+    assert str(ei.value) == f'--only "{spec}": empty selection; give cue numbers like 3,7-9'
+
+
 def test_forecast_verdicts() -> None:
     cues = [
         Cue(1, 0.0, 2.0, "x" * 15, "ALICE", "f:1"),  # 1.0 s natural in a 2.0 s slot: fits
