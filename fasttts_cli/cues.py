@@ -13,6 +13,7 @@ class Cue:
     text: str  # display text: markup stripped, one "\n" per line break (clean_text needs them: dashes)
     speaker: str | None
     source: str  # "path:line" for messages
+    style: str | None = None  # ASS/SSA style: the re-timed subtitles keep it
 
     @property
     def timed(self) -> bool:

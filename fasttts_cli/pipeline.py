@@ -284,8 +284,11 @@ class OutputPaths:
     stem: str
 
 
-def resolve_outputs(o: DubOptions) -> OutputPaths:
-    """`<stem>.<lang>.<ext>` in --output-dir or next to the input, unless -o names the file."""
+def resolve_outputs(o: DubOptions, script_format: str | None = None) -> OutputPaths:
+    """`<stem>.<lang>.<ext>` in --output-dir or next to the input, unless -o names the file. The subtitles
+    take the script's own format (SRT, VTT, ASS, SSA; SRT for TXT and tables)."""
+    from fasttts_cli.subtitles_out import subtitle_format
+
     src = o.video if o.video is not None else o.script
     stem = src.stem if str(src) != "-" else "stdin"
     if o.output is not None:
@@ -304,7 +307,7 @@ def resolve_outputs(o: DubOptions) -> OutputPaths:
         if o.video is not None and ext not in VIDEO_EXTS:
             ext = ".mkv"  # an unusual container: Matroska takes any codec we write
         media = out_dir / f"{stem}.{o.lang}{ext}"
-    subtitles = media.with_suffix(".srt")
+    subtitles = media.with_suffix("." + subtitle_format(script_format))
     work = work_dir_for(stem, media.parent, o.work_dir)
     inputs = {p.resolve() for p in (o.script, o.video, o.background) if p is not None and str(p) != "-"}
     for p in (media, subtitles):
@@ -353,6 +356,8 @@ class JobInputs:
     voice_warnings: list[str] = field(default_factory=list)  # --voice NAME= that matches no speaker
     skipped: list[Any] = field(default_factory=list)  # readers.SkippedEvent: events that are not cues
     read_warnings: list[str] = field(default_factory=list)  # untidy things the reader met
+    script_format: str = ""  # what the reader read it as: the re-timed subtitles are written the same way
+    subtitle_header: str | None = None  # ASS/SSA: the script's header and styles, for those subtitles
 
 
 def read_inputs(o: DubOptions, *, require_voices: bool = True) -> JobInputs:
@@ -400,7 +405,9 @@ def read_inputs(o: DubOptions, *, require_voices: bool = True) -> JobInputs:
     for voice in dict.fromkeys([vm.default, *vm.named.values(), emotion_audio]):
         if voice is not None:
             probe(voice, check_complete=True)
-    return JobInputs(cues, vm, only, media, untimed, voice_warnings, got.skipped, got.warnings)
+    return JobInputs(
+        cues, vm, only, media, untimed, voice_warnings, got.skipped, got.warnings, got.format, got.header
+    )
 
 
 def _plan(
@@ -437,7 +444,7 @@ def run_dub(
         job = read_inputs(o)
     for w in job.read_warnings + job.voice_warnings:
         rep.warn(w)
-    paths = resolve_outputs(o)
+    paths = resolve_outputs(o, job.script_format)
     check_writable(paths.media.parent, "-o/--output" if o.output else "--output-dir")
     check_writable(paths.work_dir, "--work-dir")
     from fasttts_cli.partials import sweep_run_leftovers
@@ -779,11 +786,22 @@ def _assemble(
 
     # Subtitles first: a soft-subtitle mux embeds them.
     with rep.stage("subtitles"):
-        entries = [(s, e, states[i].line.text) for i, s, e in retime_cues(list(timings.values()))]
+        from fasttts_cli.subtitles_out import SubtitleEntry, format_subtitles
+
+        cue_of = {c.index: c for c in job.cues}
+
+        def entry(i: int, start: float, end: float) -> SubtitleEntry:
+            # The cue's display text (its line breaks), not the cleaned text that was spoken.
+            c = cue_of[i]
+            return SubtitleEntry(start, end, c.text, c.speaker, c.style)
+
+        entries = [entry(i, s, e) for i, s, e in retime_cues(list(timings.values()))]
         if o.on_line_failure == "silence" and not job.untimed:
             # A silent line keeps its subtitle at its original slot (untimed input has no slot to keep).
-            entries += [(st.line.start, st.line.end, st.line.text) for st in states.values() if st.error]
-        atomic_write_text(paths.subtitles, format_srt(sorted(entries, key=lambda x: x[0])))
+            entries += [entry(i, st.line.start, st.line.end) for i, st in states.items() if st.error]
+        entries.sort(key=lambda x: x.start)
+        text = format_subtitles(job.script_format, entries, header=job.subtitle_header)
+        atomic_write_text(paths.subtitles, text)
 
     with rep.stage("write"):
         if o.video is not None:
@@ -1025,18 +1043,6 @@ def _report(
 
 
 # ---- small helpers -------------------------------------------------------------------------------
-
-
-def format_srt(entries: Sequence[tuple[float, float, str]]) -> str:
-    def ts(t: float) -> str:
-        ms = max(0, round(t * 1000))
-        h, ms = divmod(ms, 3_600_000)
-        m, ms = divmod(ms, 60_000)
-        s, ms = divmod(ms, 1000)
-        return f"{h:02d}:{m:02d}:{s:02d},{ms:03d}"
-
-    blocks = [f"{n}\n{ts(s)} --> {ts(e)}\n{text}\n" for n, (s, e, text) in enumerate(entries, 1)]
-    return "\n".join(blocks)
 
 
 def _ranges(ids: Sequence[int]) -> str:

@@ -33,7 +33,7 @@ from pathlib import Path
 from .cues import Cue
 from .errors import FastTTSError, InputError, UsageError
 from .plan import clean_text
-from .readers_ass import read_ass
+from .readers_ass import ass_header, read_ass
 from .readers_base import FormatRead, RawEvent, SkippedEvent, fmt_time, split_name_prefix
 from .readers_subrip import read_srt, read_vtt
 from .readers_table import SCRIPT_COLUMNS, parse_time, read_jsonl, read_table, read_txt
@@ -91,6 +91,7 @@ class ScriptRead:
     skipped: list[SkippedEvent] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     format: str = ""
+    header: str | None = None  # ASS/SSA: the script before [Events], for subtitles out in the same format
 
     @property
     def n_events(self) -> int:
@@ -198,6 +199,7 @@ def _read(text: str, path: Path, kind: str, name_prefix: bool, styles: frozenset
             text=r.text,
             speaker=r.speaker,
             source=f"{path}:{r.line}" if r.line is not None else f"{path}#{i}",
+            style=r.style,
         )
         for i, r in enumerate(events, 1)
     ]
@@ -207,7 +209,8 @@ def _read(text: str, path: Path, kind: str, name_prefix: bool, styles: frozenset
         counts = Counter(s.category for s in out)
         summary = ", ".join(f"{n} {c}" for c, n in counts.most_common())
         warnings.append(f"{path}: {len(out)} events left out ({summary}); see 'skipped' in --json/the report")
-    return ScriptRead(cues, out, warnings, kind)
+    header = ass_header(text) if kind in ("ass", "ssa") else None
+    return ScriptRead(cues, out, warnings, kind, header)
 
 
 def layout_untimed(

@@ -200,3 +200,15 @@ def _dialogue(
         out.skipped.append((n, reason))
     else:
         out.events.append(RawEvent(n, times[0], times[1], body, name.strip() or None, style))
+
+
+_EVENTS = re.compile(r"^\s*\[events\]\s*$", re.I | re.M)
+
+
+def ass_header(script_text: str) -> str | None:
+    """Everything of an ASS/SSA script before its [Events] section (Script Info, styles, fonts), as the
+    re-timed file's header; None when there is no [Events] section."""
+    m = _EVENTS.search(script_text)
+    if m is None:
+        return None
+    return script_text[: m.start()].rstrip("\n") + "\n"
