@@ -237,8 +237,8 @@ def _check_exact(g: GenFile, got: Read) -> None:
             c.end, w.end / 100, abs_tol=5e-4
         )
         assert _words_of(c.text) == list(w.words), (c, w)
-        if g.kind != "srt":  # SRT has no speaker field
-            assert c.speaker == w.speaker, (c, w)
+        if g.kind != "srt":  # SRT has no speaker field; a WebVTT cue with no text has no `<v>` span
+            assert c.speaker == (None if g.kind == "vtt" and not w.words else w.speaker), (c, w)
         assert (c.index in got.no_speech) == (not w.words)
     assert all(reason.startswith("comment") for _, reason in got.skipped), got.skipped
 
