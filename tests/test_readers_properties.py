@@ -264,12 +264,22 @@ def test_cues_without_text_are_no_speech_not_errors(kind: str, data):
 # ------------------------------------------------------------------------------------------ damaged files
 
 
+@dataclass(frozen=True)
+class Damaged:
+    kind: str
+    data: bytes
+    how: str
+    times: frozenset[tuple[int, int]]  # (start, end) in centiseconds of every generated cue
+    touched: range  # lines whose timestamps the damage may have changed (empty: no timestamp changed)
+
+
 @st.composite
-def damaged(draw) -> tuple[str, bytes]:
+def damaged(draw) -> Damaged:
     g = draw(files())
     lines = g.text.split("\n")
     i = draw(st.integers(0, len(lines) - 1))
     how = draw(st.sampled_from(["delete", "duplicate", "swap", "stamp", "garbage", "truncate", "blank"]))
+    touched = range(0)
     if how == "delete":
         del lines[i]
     elif how == "duplicate":
@@ -285,14 +295,19 @@ def damaged(draw) -> tuple[str, bytes]:
             j, k = draw(st.sampled_from(spots))
             bad = draw(st.sampled_from(["x", ";", "", "99", " ", "-", "7", ":"]))
             lines[j] = lines[j][:k] + bad + lines[j][k + 1 :]
+            touched = range(j + 1, j + 2)
     text = "\n".join(lines)
     data = text.encode("utf-8")
     if how == "garbage":
         at = draw(st.integers(0, len(data)))
-        data = data[:at] + draw(st.binary(min_size=1, max_size=6)) + data[at:]
+        junk = draw(st.binary(min_size=1, max_size=6))
+        data = data[:at] + junk + data[at:]
+        first = data[:at].count(b"\n") + 1
+        touched = range(first, first + junk.count(b"\n") + junk.count(b"\r") + 1)
     elif how == "truncate":
         data = data[: draw(st.integers(0, len(data)))]
-    return g.kind, data
+        touched = range(data.count(b"\n") + 1, data.count(b"\n") + 2)
+    return Damaged(g.kind, data, how, frozenset((c.start, c.end) for c in g.cues), touched)
 
 
 _EVENT_LINE = {
@@ -302,7 +317,8 @@ _EVENT_LINE = {
 }
 
 
-def _check_refusal_or_accounted(kind: str, data: bytes, path: Path) -> None:
+def _check_refusal_or_accounted(case: Damaged, path: Path) -> None:
+    kind, data = case.kind, case.data
     try:
         got = read(path)
     except InputError as e:
@@ -327,14 +343,19 @@ def _check_refusal_or_accounted(kind: str, data: bytes, path: Path) -> None:
         # Nothing is ever merged into spoken text: no timing line, no event line, no header.
         assert "-->" not in c.text and "Dialogue:" not in c.text and "[Events]" not in c.text, c
     assert [c.index for c in got.cues] == list(range(1, len(got.cues) + 1))
+    # Times come from the file's own timestamps: a time that was never written can only be read from a line
+    # that the damage touched (the cue's source is its timing line, or the number/identifier line above).
+    for c in got.cues:
+        if c.start is not None and (round(c.start * 100), round(c.end * 100)) not in case.times:
+            line = source_line(c.source)
+            assert line is not None and any(n in case.touched for n in (line, line + 1)), (c, case.how)
 
 
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(damaged())
-def test_damaged_file_is_refused_with_file_line_or_fully_accounted(case: tuple[str, bytes]):
-    kind, data = case
+def test_damaged_file_is_refused_with_file_line_or_fully_accounted(case: Damaged):
     with tempfile.TemporaryDirectory() as tmp:
-        _check_refusal_or_accounted(kind, data, _write(data, kind, tmp))
+        _check_refusal_or_accounted(case, _write(case.data, case.kind, tmp))
 
 
 # --------------------------------------------------------------------------------------------------- CLI
