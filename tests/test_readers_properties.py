@@ -25,14 +25,17 @@ import pysubs2
 import pytest
 import srt
 import webvtt
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from fasttts_cli.errors import InputError
 from tests.test_readers_corpus import REPO, Read, read, source_line
 
 VOICE = REPO / "samples" / "voices" / "alice.wav"
-SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# No example database: runs stay independent and leave no .hypothesis/ folder in the checkout.
+SETTINGS = settings(
+    max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
 FORMATS = ("srt", "vtt", "ass", "tsv", "csv", "jsonl")
 
 
@@ -351,8 +354,11 @@ def _check_refusal_or_accounted(case: Damaged, path: Path) -> None:
             assert line is not None and any(n in case.touched for n in (line, line + 1)), (c, case.how)
 
 
-@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(SETTINGS, max_examples=250)
 @given(damaged())
+# Regressions found by this test: a file with no cue at all used to end in "zip() argument 2 is longer".
+@example(Damaged("srt", b"1\na\n", "delete", frozenset(), range(0)))
+@example(Damaged("vtt", b"WEBVTT\n", "truncate", frozenset(), range(1, 2)))
 def test_damaged_file_is_refused_with_file_line_or_fully_accounted(case: Damaged):
     with tempfile.TemporaryDirectory() as tmp:
         _check_refusal_or_accounted(case, _write(case.data, case.kind, tmp))
