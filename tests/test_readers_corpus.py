@@ -37,6 +37,7 @@ import io
 import json
 import os
 import re
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -177,7 +178,9 @@ def reference_events(entry: Entry) -> list[RefEvent]:
         ms = [(c.start_time.in_milliseconds(), c.end_time.in_milliseconds(), c.text) for c in caps]
         return _with_lines([(a / 1000, b / 1000, not t.strip()) for a, b, t in ms], timing)
     if entry.kind in ("ass", "ssa"):
-        subs = pysubs2.SSAFile.from_string(text)
+        with warnings.catch_warnings():  # real files' style lines upset pysubs2; only events matter here
+            warnings.simplefilter("ignore", RuntimeWarning)
+            subs = pysubs2.SSAFile.from_string(text)
         ev_lines, in_events = [], False
         for n, ln in enumerate(lines, 1):
             s = ln.strip()
