@@ -18,7 +18,10 @@ from .errors import InputError
 from .readers_base import TIMEISH, TS, FormatRead, RawEvent, display_text, join_lines, quote, stamp_seconds
 
 _SRT_TIMING = re.compile(rf"\s*{TS}\s*-[-\s]*>\s*{TS}(?:\s.*)?")  # `-->` plus the untidy `->`, `-- >`
-_VTT_TIMING = re.compile(rf"\s*{TS}[ \t]*-->[ \t]*{TS}(?:[ \t].*)?")
+# Cue settings may follow the end time with no space (W3C: "00:01.000line:40%" is a valid cue).
+_VTT_TIMING = re.compile(
+    rf"\s*{TS}[ \t]*-->[ \t]*{TS}(?:[ \t].*|(?:line|position|size|align|region|vertical):.*)?"
+)
 _ARROWISH = re.compile(r"-+\s*>|=+\s*>|[–—]+\s*>|<\s*-+")
 _VTT_VOICE = re.compile(r"<v(?:\.[^\s>]*)*(?:[ \t]+([^>]*))?>")
 _VTT_BLOCK = re.compile(r"(NOTE|STYLE|REGION)([ \t]|$)")
@@ -173,10 +176,11 @@ def read_vtt(text: str, path: Path, kind: str, styles: object = None) -> FormatR
                 i += 1
             continue
         if "-->" not in s:
-            if _srt_timing_attempt(s):  # "00:01.000 -> 00:02.000": meant as a timing line
-                raise _malformed(path, s, i + 1, _VTT_EXAMPLE)
+            # W3C: a line right above a "-->" line is the cue's identifier, whatever it holds (arrows too).
             if i + 1 < n_lines and "-->" in lines[i + 1]:
-                i += 1  # the cue identifier
+                i += 1
+            elif _srt_timing_attempt(s):  # "00:01.000 -> 00:02.000": meant as a timing line
+                raise _malformed(path, s, i + 1, _VTT_EXAMPLE)
             else:
                 raise InputError(
                     path,

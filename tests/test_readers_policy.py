@@ -507,3 +507,20 @@ def test_bilingual_overlap_names_both_styles_and_suggests_styles(tmp_path: Path)
 def test_an_srt_that_is_another_format_says_which(tmp_path: Path) -> None:
     err = _damage(_write(tmp_path, "a.srt", "[Script Info]\nTitle: x\n"), 1, "text before the first timing")
     assert err.hint is not None and "--format ass" in err.hint
+
+
+def test_vtt_identifier_may_hold_arrows_and_settings_may_touch_the_end_time(tmp_path: Path) -> None:
+    # W3C (vtt.js tests): the line above a "-->" line is the cue's identifier whatever it holds, and cue
+    # settings may follow the end time with no space in between.
+    got = read_script(
+        _write(
+            tmp_path,
+            "w3c.vtt",
+            "WEBVTT\n\n- - > -- > - -> -- <--\n00:00.000 --> 00:01.000\nArrows above.\n\n"
+            "00:02.000 --> 00:03.000line:40% size:40%\nSettings touch.\n",
+        )
+    )
+    assert [(c.start, c.end, c.text) for c in got] == [
+        (0.0, 1.0, "Arrows above."),
+        (2.0, 3.0, "Settings touch."),
+    ]
