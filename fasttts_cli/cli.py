@@ -87,6 +87,12 @@ EncodingOpt = Annotated[
     str | None,
     typer.Option("--encoding", metavar="NAME", help="Read the script in this encoding (cp1252, gb18030...)."),
 ]
+AllowOverlapOpt = Annotated[
+    bool,
+    typer.Option(
+        "--allow-overlap", help="Overlapping cues without distinct named speakers: warn and speak both."
+    ),
+]
 
 EmotionAudioOpt = Annotated[
     Path | None,
@@ -266,6 +272,7 @@ def dub(
     ] = False,
     styles: StylesOpt = None,
     encoding: EncodingOpt = None,
+    allow_overlap: AllowOverlapOpt = False,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Lines per synthesis batch.")] = 8,
     max_batch_tokens: Annotated[
         int, typer.Option("--max-batch-tokens", help="Padded tokens per batch.")
@@ -337,6 +344,7 @@ def dub(
         strict_voices=strict_voices,
         styles=styles,
         encoding=encoding,
+        allow_overlap=allow_overlap,
         batch_size=batch_size,
         max_batch_tokens=max_batch_tokens,
         seed=seed,
@@ -444,6 +452,7 @@ def inspect(
     ] = False,
     styles: StylesOpt = None,
     encoding: EncodingOpt = None,
+    allow_overlap: AllowOverlapOpt = False,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Lines per synthesis batch.")] = 8,
     max_batch_tokens: Annotated[
         int, typer.Option("--max-batch-tokens", help="Padded tokens per batch.")
@@ -472,6 +481,7 @@ def inspect(
         strict_voices=strict_voices,
         styles=styles,
         encoding=encoding,
+        allow_overlap=allow_overlap,
         batch_size=batch_size,
         max_batch_tokens=max_batch_tokens,
         max_speedup=max_speedup,

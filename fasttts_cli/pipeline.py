@@ -74,6 +74,7 @@ class DubOptions:
     strict_voices: bool = False  # a --voice NAME= that matches no speaker is an error, not a warning
     styles: str | None = None  # --styles: the ASS/SSA dialogue styles, comma-separated
     encoding: str | None = None  # --encoding: a legacy encoding to read the script in
+    allow_overlap: bool = False  # --allow-overlap: overlapping cues of one voice warn instead of failing
     batch_size: int = 8
     max_batch_tokens: int = 2000
     seed: int = 0
@@ -374,6 +375,7 @@ def read_inputs(o: DubOptions, *, require_voices: bool = True) -> JobInputs:
         name_prefix=o.name_prefix,
         styles=parse_styles(o.styles),
         encoding=o.encoding,
+        allow_overlap=o.allow_overlap,
     )
     cues = got.cues
     untimed = any(c.start is None or c.end is None for c in cues)

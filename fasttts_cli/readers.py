@@ -157,20 +157,28 @@ def read_script_full(
     name_prefix: bool = False,
     styles: frozenset[str] | None = None,
     encoding: str | None = None,
+    allow_overlap: bool = False,
 ) -> ScriptRead:
     """Read a subtitle/script file per the module rules. Raises InputError (or UsageError for a bad
     `fmt`/`encoding`), never anything else: an unexpected failure is reported as the file's."""
     text = read_text(path, encoding=encoding)
     kind = detect_format(path, fmt, text)
     try:
-        return _read(text, path, kind, name_prefix, styles)
+        return _read(text, path, kind, name_prefix, styles, allow_overlap)
     except FastTTSError:
         raise
     except Exception as e:  # a reader bug must still name the file, not end in a traceback
         raise InputError(path, f"cannot read as {kind.upper()}: {type(e).__name__}: {e}") from e
 
 
-def _read(text: str, path: Path, kind: str, name_prefix: bool, styles: frozenset[str] | None) -> ScriptRead:
+def _read(
+    text: str,
+    path: Path,
+    kind: str,
+    name_prefix: bool,
+    styles: frozenset[str] | None,
+    allow_overlap: bool = False,
+) -> ScriptRead:
     got = _READERS[kind](text, path, kind, styles)
     warnings = list(got.warnings)
     if styles is not None and kind not in ("ass", "ssa"):
@@ -189,7 +197,9 @@ def _read(text: str, path: Path, kind: str, name_prefix: bool, styles: frozenset
     if name_prefix:
         events = [_apply_name_prefix(r) for r in events]
     if events[0].start is not None:
-        events, dupes = _check_timing(events, path, sort=kind in ("ass", "ssa"))
+        events, dupes = _check_timing(
+            events, path, sort=kind in ("ass", "ssa"), allow_overlap=allow_overlap, warnings=warnings
+        )
         skipped += dupes
     cues = [
         Cue(
@@ -259,7 +269,12 @@ def _speaks(r: RawEvent) -> bool:
 
 
 def _check_timing(
-    raws: list[RawEvent], path: Path, *, sort: bool
+    raws: list[RawEvent],
+    path: Path,
+    *,
+    sort: bool,
+    allow_overlap: bool = False,
+    warnings: list[str] | None = None,
 ) -> tuple[list[RawEvent], list[tuple[int | None, str]]]:
     for r in raws:
         assert r.start is not None and r.end is not None
@@ -284,7 +299,7 @@ def _check_timing(
                 hint="sort the cues by start time",
             )
     raws, dupes = _drop_duplicates(raws)
-    return _check_overlaps(raws, path), dupes
+    return _check_overlaps(raws, path, allow_overlap, warnings if warnings is not None else []), dupes
 
 
 def _drop_duplicates(raws: list[RawEvent]) -> tuple[list[RawEvent], list[tuple[int | None, str]]]:
@@ -301,7 +316,11 @@ def _drop_duplicates(raws: list[RawEvent]) -> tuple[list[RawEvent], list[tuple[i
     return kept, dupes
 
 
-def _check_overlaps(raws: list[RawEvent], path: Path) -> list[RawEvent]:
+def _check_overlaps(
+    raws: list[RawEvent], path: Path, allow_overlap: bool, warnings: list[str]
+) -> list[RawEvent]:
+    """The overlap rule (module doc); with `allow_overlap` (--allow-overlap) a clash is a warning and both
+    lines are spoken, over each other."""
     out = list(raws)
     last_by_speaker: dict[str | None, int] = {}  # speaker key -> index in `out` of its latest-ending cue
     last_any: int | None = None  # latest-ending cue of any speaker
@@ -326,20 +345,24 @@ def _check_overlaps(raws: list[RawEvent], path: Path) -> list[RawEvent]:
                 if key is not None and speaker_key(a.speaker) == key
                 else "and at least one has no speaker"
             )
-            hint = "fix the times: overlapping cues are allowed only for different named speakers"
+            hint = (
+                "fix the times, name the speakers (overlapping cues are allowed only for different named "
+                "speakers), or pass --allow-overlap to speak both lines over each other"
+            )
             if a.style is not None and b.style is not None and a.style.lower() != b.style.lower():
                 # Two tracks at once (bilingual subs, a song over dialogue): the user picks what to dub.
                 hint = (
                     f"the two are in styles {a.style!r} and {b.style!r}: pass --styles to dub only the "
                     "dialogue styles, or " + hint
                 )
-            raise InputError(
-                path,
+            what = (
                 f"cue overlaps the cue at {_where(a)} ({fmt_time(a.start)} --> {fmt_time(a.end)} and "
-                f"{fmt_time(b.start)} --> {fmt_time(b.end)}), {who}",
-                line=b.line,
-                hint=hint,
+                f"{fmt_time(b.start)} --> {fmt_time(b.end)}), {who}"
             )
+            if allow_overlap:
+                warnings.append(f"{path}:{b.line}: {what}; both are spoken (--allow-overlap)")
+                continue
+            raise InputError(path, what, line=b.line, hint=hint)
         last_by_speaker[key] = _later(out, last_by_speaker.get(key), i)
         last_any = _later(out, last_any, i)
     return out

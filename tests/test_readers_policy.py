@@ -524,3 +524,17 @@ def test_vtt_identifier_may_hold_arrows_and_settings_may_touch_the_end_time(tmp_
         (0.0, 1.0, "Arrows above."),
         (2.0, 3.0, "Settings touch."),
     ]
+
+
+def test_allow_overlap_turns_the_clash_into_a_warning_and_keeps_both(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        "ov.srt",
+        "1\n00:00:01,000 --> 00:00:03,000\nHello there.\n\n2\n00:00:02,000 --> 00:00:04,000\nAnd me.\n",
+    )
+    with pytest.raises(InputError, match=r"ov\.srt:6: cue overlaps") as e:
+        read_script(path)
+    assert "--allow-overlap" in str(e.value)
+    got = read_script_full(path, allow_overlap=True)
+    assert [c.text for c in got.cues] == ["Hello there.", "And me."]
+    assert any("ov.srt:6: cue overlaps" in w and "--allow-overlap" in w for w in got.warnings)
