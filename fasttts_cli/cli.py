@@ -87,6 +87,17 @@ EncodingOpt = Annotated[
     str | None,
     typer.Option("--encoding", metavar="NAME", help="Read the script in this encoding (cp1252, gb18030...)."),
 ]
+FormatOpt = Annotated[
+    str | None, typer.Option("--format", help="Input format if the extension is not enough.")
+]
+NamePrefixOpt = Annotated[bool, typer.Option("--name-prefix", help="Read 'Name: text' prefixes as speakers.")]
+BatchSizeOpt = Annotated[int, typer.Option("--batch-size", help="Lines per synthesis batch.")]
+MaxBatchTokensOpt = Annotated[int, typer.Option("--max-batch-tokens", help="Padded tokens per batch.")]
+MinGapOpt = Annotated[float, typer.Option("--min-gap", help="Seconds kept between lines.")]
+StrictVoicesOpt = Annotated[
+    bool,
+    typer.Option("--strict-voices", help="A --voice NAME= that matches no speaker is an error (exit 2)."),
+]
 AllowOverlapOpt = Annotated[
     bool,
     typer.Option(
@@ -260,23 +271,14 @@ def dub(
     ] = None,
     engine: EngineOpt = None,
     preset: PresetOpt = None,
-    input_format: Annotated[
-        str | None, typer.Option("--format", help="Input format if the extension is not enough.")
-    ] = None,
-    name_prefix: Annotated[
-        bool, typer.Option("--name-prefix", help="Read 'Name: text' prefixes as speakers.")
-    ] = False,
-    strict_voices: Annotated[
-        bool,
-        typer.Option("--strict-voices", help="A --voice NAME= that matches no speaker is an error (exit 2)."),
-    ] = False,
+    input_format: FormatOpt = None,
+    name_prefix: NamePrefixOpt = False,
+    strict_voices: StrictVoicesOpt = False,
     styles: StylesOpt = None,
     encoding: EncodingOpt = None,
     allow_overlap: AllowOverlapOpt = False,
-    batch_size: Annotated[int, typer.Option("--batch-size", help="Lines per synthesis batch.")] = 8,
-    max_batch_tokens: Annotated[
-        int, typer.Option("--max-batch-tokens", help="Padded tokens per batch.")
-    ] = 2000,
+    batch_size: BatchSizeOpt = 8,
+    max_batch_tokens: MaxBatchTokensOpt = 2000,
     seed: Annotated[
         int, typer.Option("--seed", help="Base seed; each line's seed derives from it, its text and voice.")
     ] = 0,
@@ -296,7 +298,7 @@ def dub(
     max_slowdown: Annotated[
         float, typer.Option("--max-slowdown", help="Slow-down cap (1.0 = never slow down).")
     ] = 1.0,
-    min_gap: Annotated[float, typer.Option("--min-gap", help="Seconds kept between lines.")] = 0.08,
+    min_gap: MinGapOpt = 0.08,
     max_factor_step: Annotated[
         float, typer.Option("--max-factor-step", help="Max tempo difference of neighbours.")
     ] = 0.1,
@@ -441,26 +443,18 @@ def inspect(
         Path | None, typer.Option("--video", help="The video: the forecast stops at its end.")
     ] = None,
     engine: EngineOpt = None,
-    input_format: Annotated[
-        str | None, typer.Option("--format", help="Input format if the extension is not enough.")
-    ] = None,
-    name_prefix: Annotated[
-        bool, typer.Option("--name-prefix", help="Read 'Name: text' prefixes as speakers.")
-    ] = False,
-    strict_voices: Annotated[
-        bool, typer.Option("--strict-voices", help="A --voice NAME= that matches no speaker is an error.")
-    ] = False,
+    input_format: FormatOpt = None,
+    name_prefix: NamePrefixOpt = False,
+    strict_voices: StrictVoicesOpt = False,
     styles: StylesOpt = None,
     encoding: EncodingOpt = None,
     allow_overlap: AllowOverlapOpt = False,
-    batch_size: Annotated[int, typer.Option("--batch-size", help="Lines per synthesis batch.")] = 8,
-    max_batch_tokens: Annotated[
-        int, typer.Option("--max-batch-tokens", help="Padded tokens per batch.")
-    ] = 2000,
+    batch_size: BatchSizeOpt = 8,
+    max_batch_tokens: MaxBatchTokensOpt = 2000,
     max_speedup: Annotated[
         float, typer.Option("--max-speedup", help="Tempo cap for the forecast (as for dub).")
     ] = 1.25,
-    min_gap: Annotated[float, typer.Option("--min-gap", help="Seconds kept between lines.")] = 0.08,
+    min_gap: MinGapOpt = 0.08,
     only: Annotated[
         str | None, typer.Option("--only", metavar="3,7-9", help="Batch just these lines, as dub would.")
     ] = None,

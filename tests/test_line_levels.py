@@ -13,8 +13,9 @@ import soundfile as sf
 
 from fasttts_cli.loudness import line_loudness
 from fasttts_cli.pipeline import DubOptions, run_dub
-from fasttts_cli.synthesizer import EmotionSpec, SynthRequest, SynthResult, Voice
+from fasttts_cli.synthesizer import SynthRequest, SynthResult
 from fasttts_cli.tempo import change_tempo
+from tests.test_pipeline import FakeSynth
 
 SR = 24000
 SECONDS_PER_CHAR = 0.07
@@ -31,30 +32,14 @@ def _speechlike(seconds: float, seed: int) -> np.ndarray:
     return ((0.2 * voiced + 0.02 * rng.standard_normal(t.size)) * env).astype(np.float32)
 
 
-class SpeechlikeSynth:
-    name = "speechlike"
-    sample_rate = SR
-    clones_voice = True
-
-    def identity(self) -> str:
-        return "speechlike-1"
-
-    def count_tokens(self, text: str) -> int:
-        return len(text)
-
-    def prepare_voice(
-        self, path: Path, *, name: str | None = None, emotion: EmotionSpec | None = None
-    ) -> Voice:
-        return Voice(name or path.stem, path, audio_sha256=path.name * 2, emotion=emotion or EmotionSpec())
+class SpeechlikeSynth(FakeSynth):
+    """The pipeline tests' fake engine, speaking the speech-like signal instead of a tone."""
 
     def synthesize(self, requests: Sequence[SynthRequest]) -> list[SynthResult]:
         return [
             SynthResult(r.line_id, _speechlike(SECONDS_PER_CHAR * len(r.text), len(r.text)), SR, n_tokens=1)
             for r in requests
         ]
-
-    def close(self) -> None:
-        pass
 
 
 def _slot_script(factors: Sequence[float], gap: float) -> str:
