@@ -43,7 +43,7 @@ from fasttts_cli.synthesizer import EmotionSpec, SynthRequest, SynthResult, Voic
 ENGINE_CODE_REV = 1
 SEGMENT_GAP_S = 0.2  # the original's interval_silence (200 ms)
 N_EMOTIONS = 8
-RANDOM_MAX_TOKENS = 400  # codes per segment for random-weight engines (the tiny checkpoint's own limit)
+RANDOM_MAX_TOKENS = 500  # codes per segment for random-weight engines (above the tiny checkpoint's 401)
 
 _ALIASES = {
     "num_beams": "beams",
