@@ -113,7 +113,9 @@ def download_release(
         raise UsageError(f"--model {model!r}: unknown", hint=f"choose from {', '.join(MODELS)}")
     hub = _hub()
     if not progress_bars:
-        hub.utils.disable_progress_bars()
+        from huggingface_hub.utils import disable_progress_bars  # a lazy submodule: import it by name
+
+        disable_progress_bars()
     dest = Path(dest).expanduser()
     if dest.exists() and not dest.is_dir():
         raise UsageError(f"{dest}: exists and is not a folder", hint="give a new or existing folder")

@@ -190,3 +190,17 @@ def test_an_unknown_model_is_a_usage_error(fake: FakeHub, tmp_path: Path, capsys
         main(["download", str(tmp_path / "d"), "--model", "indextts9", "--json"])
     r = json.loads(capsys.readouterr().out)
     assert e.value.code == 2 and "--model" in r["error"]
+
+
+def test_offline_with_an_empty_cache_names_the_file_in_a_fresh_process(tmp_path: Path) -> None:
+    import os
+    import subprocess
+
+    # the real huggingface_hub, no fake: offline and nothing cached is a runtime failure (exit 1)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hub")}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)
+    cmd = [sys.executable, "-m", "fasttts_cli", "download", str(tmp_path / "d"), "--json"]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+    r = json.loads(p.stdout)
+    assert p.returncode == 1 and r["exit_code"] == 1, p.stderr
+    assert "config.yaml from IndexTeam/IndexTTS-2" in r["error"] and "Traceback" not in p.stderr
