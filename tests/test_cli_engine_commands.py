@@ -252,3 +252,18 @@ def test_the_readme_tiny_engine_dub_of_the_demo_exits_0(
     assert any(RANDOM_WARNING in w for w in r["warnings"])
     assert r["lines"]["failed"] == 0 and r["lines"]["retries"] == 0
     assert Path(r["outputs"]["video"]).is_file()
+
+
+def test_the_torch_backend_on_a_random_checkpoint_says_so(tiny_checkpoint_dir: Path) -> None:
+    import dataclasses
+
+    pytest.importorskip("torch")
+    from fasttts_cli.indextts2.synthesizer import RANDOM_MAX_TOKENS
+    from fasttts_cli.presets import ComponentSpec, load_preset
+    from fasttts_cli.torch_backend.synthesizer import TorchSynthesizer
+
+    p = load_preset("gpu-torch-fp16")
+    p = dataclasses.replace(p, components={k: ComponentSpec("torch", "fp32") for k in p.components})
+    s = TorchSynthesizer.load(tiny_checkpoint_dir, p, device="cpu")
+    assert s.random_weights and s.engine.preset.decode.max_tokens == RANDOM_MAX_TOKENS
+    assert f'max_tokens": {RANDOM_MAX_TOKENS}' in s.identity()  # the cap reaches every line's cache key

@@ -168,7 +168,11 @@ class IndexTTS2Synthesizer:
     @property
     def random_weights(self) -> bool:
         """Built from a random-weight checkpoint (manifest `random_weights`): speaks noise, clones nothing."""
-        return bool(getattr(getattr(self.engine, "manifest", None), "random_weights", False))
+        manifest = getattr(self.engine, "manifest", None)
+        if manifest is not None:
+            return bool(manifest.random_weights)
+        # the PyTorch backend runs from the checkpoint itself, whose config.yaml says it
+        return bool(getattr(getattr(self.engine, "modules", None), "random_weights", False))
 
     # ------------------------------------------------------------------------------- protocol
 
