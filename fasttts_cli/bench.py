@@ -166,7 +166,9 @@ def write_random_checkpoint(out: Path, seed: int = 0) -> Path:
         return {k: v.detach().contiguous() for k, v in m.state_dict().items()}
 
     out.mkdir(parents=True, exist_ok=True)
-    cfg = full_config()
+    from fasttts_cli.build.checkpoint import RANDOM_KEY
+
+    cfg = {**full_config(), RANDOM_KEY: True}  # engines built from it say they have random weights
     (out / "config.yaml").write_text(
         "# RANDOM full-size IndexTTS-2 checkpoint (fasttts bench --random-weights)\n"
         + yaml.safe_dump(cfg, sort_keys=False, allow_unicode=True),

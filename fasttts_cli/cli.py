@@ -404,6 +404,12 @@ def synth(
     engine: EngineOpt = None,
     preset: PresetOpt = None,
     seed: Annotated[int, typer.Option("--seed")] = 0,
+    on_line_failure: Annotated[
+        str, typer.Option("--on-line-failure", help="fail | silence (write silence of the text's length)")
+    ] = "fail",
+    max_retries: Annotated[
+        int, typer.Option("--max-retries", help="Re-syntheses of an implausible line.")
+    ] = 2,
     emotion_audio: EmotionAudioOpt = None,
     emotion_vector: EmotionVectorOpt = None,
     emotion_alpha: EmotionAlphaOpt = 1.0,
@@ -418,11 +424,22 @@ def synth(
     def body(rep: Reporter) -> dict[str, Any]:
         t = sys.stdin.read() if text == "-" else text
         emotion = _emotion(emotion_audio, emotion_vector, emotion_alpha)
-        so = SynthOptions(t, voice, output, engine=engine, preset=preset, seed=seed, emotion=emotion)
+        so = SynthOptions(
+            t,
+            voice,
+            output,
+            engine=engine,
+            preset=preset,
+            seed=seed,
+            max_retries=max_retries,
+            emotion=emotion,
+            on_line_failure=on_line_failure,
+        )
         return synth_one(so, rep)
 
     def human(r: dict[str, Any]) -> None:
-        print(f"wrote {r['outputs']['audio']} ({r['duration']:.2f} s at {r['sample_rate']} Hz)")
+        silent = " of silence: synthesis failed" if r.get("failed") else ""
+        print(f"wrote {r['outputs']['audio']} ({r['duration']:.2f} s{silent} at {r['sample_rate']} Hz)")
 
     return _execute(json_out, _verbosity(quiet, verbose), progress_jsonl, "synth", body, human)
 
@@ -657,14 +674,26 @@ def _missing_build_extra(e: ImportError) -> FastTTSError:
 @app.command()
 def build(
     checkpoint: Annotated[
-        Path, typer.Option("--checkpoint", metavar="DIR", help="Official IndexTTS-2 checkpoint directory.")
+        Path,
+        typer.Option(
+            "--checkpoint",
+            metavar="DIR",
+            help="IndexTTS-2 checkpoint: the official folder (as `fasttts download` writes it), the "
+            "plain release folder, or the Hugging Face cache (a snapshot, models--IndexTeam--IndexTTS-2, "
+            "or the hub folder). Auxiliary models are also looked for in $HF_HUB_CACHE / $HF_HOME/hub.",
+        ),
     ],
     preset: Annotated[
         str, typer.Option("--preset", metavar="NAME|FILE", help="Preset to build.")
     ] = "cpu-fp32",
     out: Annotated[
         Path | None,
-        typer.Option("--out", metavar="DIR", help="Engine folder (default engines/<checkpoint>-<preset>)."),
+        typer.Option(
+            "--out",
+            metavar="DIR",
+            help="Engine folder (default engines/<checkpoint>-<preset>; from a HF cache: "
+            "engines/IndexTTS-2-<preset>).",
+        ),
     ] = None,
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Replace an existing engine folder.")
@@ -699,17 +728,21 @@ def build(
         except ImportError as e:
             raise _missing_build_extra(e) from None
         if not checkpoint.is_dir():
-            raise UsageError(f"--checkpoint {checkpoint}: not a directory")
+            raise UsageError(
+                f"--checkpoint {checkpoint}: not a directory",
+                hint="fetch the release with `fasttts download DIR`, then build with --checkpoint DIR",
+            )
         t0 = time.perf_counter()
         paths = CheckpointPaths(
             checkpoint, w2v_bert=w2v_bert, codec=codec, campplus=campplus, bigvgan=bigvgan
         )
+        target = out if out is not None else _hub_default_out(checkpoint, preset)
 
         def say(msg: str) -> None:
             rep.info(msg)
             rep.event("stage", name=msg)
 
-        folder = build_engine(paths, preset, out, overwrite=overwrite, progress=say)
+        folder = build_engine(paths, preset, target, overwrite=overwrite, progress=say)
         return {
             "ok": True,
             "command": "build",
@@ -722,6 +755,65 @@ def build(
         print(f"engine written to {r['engine']} ({r['seconds']} s); use it with --engine {r['engine']}")
 
     return _execute(json_out, _verbosity(quiet, verbose), progress_jsonl, "build", body, human)
+
+
+def _hub_default_out(checkpoint: Path, preset: str) -> Path | None:
+    """engines/IndexTTS-2-<preset> for a Hugging Face cache layout, whose folder names (a revision hash,
+    `hub`) say nothing; None (the builder's own default) for the other layouts."""
+    from fasttts_cli.build.release_layout import HUB_KINDS, find_layout
+    from fasttts_cli.engine_select import engines_root
+
+    if find_layout(checkpoint).kind not in HUB_KINDS:
+        return None
+    name = Path(preset).stem if preset.endswith(".toml") else preset
+    return engines_root() / f"IndexTTS-2-{name}"
+
+
+@app.command()
+def download(
+    out_dir: Annotated[
+        Path, typer.Argument(metavar="DIR", help="Checkpoint folder to fill (new or partial).")
+    ],
+    model: Annotated[str, typer.Option("--model", help="Model to fetch.")] = "indextts2",
+    with_qwen: Annotated[
+        bool,
+        typer.Option(
+            "--with-qwen", help="Also fetch qwen0.6bemo4-merge/ (emotion from text; fasttts does not use it)."
+        ),
+    ] = False,
+    cache_dir: Annotated[
+        Path | None,
+        typer.Option("--cache-dir", metavar="DIR", help="Hugging Face cache (default: huggingface_hub's)."),
+    ] = None,
+    revision: Annotated[
+        str | None, typer.Option("--revision", help="Revision of IndexTeam/IndexTTS-2 (default main).")
+    ] = None,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = 0,
+) -> int:
+    """Fetch the public IndexTTS-2 release (5 Hugging Face repositories) into the layout `build` reads."""
+    from fasttts_cli.download import download_release
+
+    def body(rep: Reporter) -> dict[str, Any]:
+        r = download_release(
+            out_dir,
+            model=model,
+            with_qwen=with_qwen,
+            cache_dir=cache_dir,
+            revision=revision,
+            progress=rep.info,
+            progress_bars=not quiet and not json_out,
+        )
+        return r.to_json()
+
+    def human(r: dict[str, Any]) -> None:
+        print(
+            f"checkpoint in {r['checkpoint']}: {r['fetched']} files fetched, {r['present']} already there "
+            f"({r['bytes'] / 1e9:.2f} GB); next: fasttts build --checkpoint {r['checkpoint']}"
+        )
+
+    return _execute(json_out, _verbosity(quiet, verbose), None, "download", body, human)
 
 
 @app.command("tiny-checkpoint")

@@ -137,14 +137,21 @@ def check_engines() -> list[Check]:
     for p in folders:
         try:
             m = read_manifest(p)
-            rows.append(
-                Check(
-                    "engines",
-                    f"engine {p.name}",
-                    OK,
-                    f"{p}: {m.model_id} {m.model_version}, preset {m.preset}",
+            what = f"{p}: {m.model_id} {m.model_version}, preset {m.preset}"
+            if m.random_weights:
+                # runs, but is no engine for dubbing: it does not count as one (WARN, not OK)
+                rows.append(
+                    Check(
+                        "engines",
+                        f"engine {p.name}",
+                        WARN,
+                        f"{what}; engine {p.name} has random weights: it does not clone and speaks noise",
+                        "for real speech build from the release: fasttts download DIR && "
+                        "fasttts build --checkpoint DIR",
+                    )
                 )
-            )
+                continue
+            rows.append(Check("engines", f"engine {p.name}", OK, what))
         except FastTTSError as e:
             rows.append(Check("engines", f"engine {p.name}", WARN, e.message, e.hint or ""))
     if not folders:

@@ -43,6 +43,9 @@ class Manifest:
     files: dict[str, str] = field(default_factory=dict)  # auxiliary files: tokenizer, .npy tensors
     config: dict[str, Any] = field(default_factory=dict)  # model sizes/constants the runtime needs
     s2mel_cache_policy: dict[str, Any] | None = None
+    # built from a random-weight checkpoint (`fasttts tiny-checkpoint`): it neither clones nor speaks;
+    # absent from manifests written before the field existed, which are real checkpoints
+    random_weights: bool = False
     format_version: int = FORMAT_VERSION
 
     def identity(self) -> str:

@@ -42,6 +42,7 @@ from fasttts_cli.synthesizer import EmotionSpec, Synthesizer, SynthRequest, Synt
 
 SR = 48000  # the delivery rate: every line is resampled to it exactly once
 FAILURE_POLICIES = ("fail", "silence", "skip")
+SYNTH_FAILURE_POLICIES = ("fail", "silence")
 MIX_MODES = ("replace", "keep", "duck", "background")
 OVERFLOW_POLICIES = ("shift", "overlap", "truncate", "fail")
 VIDEO_EXTS = (".mp4", ".mkv", ".mov", ".m4v", ".webm")
@@ -423,15 +424,53 @@ def _plan(
 
 
 def _engine_info(selection: EngineSelection, synth: Synthesizer | None, preset: str | None) -> dict[str, Any]:
+    random = engine_random_weights(selection, synth)
     d: dict[str, Any] = {
         "kind": selection.kind,
         "path": str(selection.path) if selection.path else None,
         "reason": selection.reason,
         "preset": preset,
+        "random_weights": random,
     }
     if synth is not None:
-        d.update(identity=synth.identity(), sample_rate=synth.sample_rate, clones_voice=synth.clones_voice)
+        d.update(
+            identity=synth.identity(),
+            sample_rate=synth.sample_rate,
+            clones_voice=synth.clones_voice and not random,
+        )
     return d
+
+
+def engine_random_weights(selection: EngineSelection, synth: Synthesizer | None = None) -> bool:
+    """Whether the engine has random weights: the synthesizer says so, or its manifest does
+    (`random_weights`, absent = false), or, for a checkpoint directory, its config.yaml."""
+    if getattr(synth, "random_weights", False):
+        return True
+    if selection.path is None:
+        return False
+    import json
+
+    import yaml
+
+    from fasttts_cli.build.checkpoint import RANDOM_KEY
+    from fasttts_cli.engine_folder import MANIFEST
+
+    try:
+        if selection.kind == TORCH:
+            cfg = yaml.safe_load((selection.path / "config.yaml").read_text(encoding="utf-8"))
+            return isinstance(cfg, dict) and cfg.get(RANDOM_KEY) is True
+        raw = json.loads((selection.path / MANIFEST).read_text(encoding="utf-8"))
+        return isinstance(raw, dict) and raw.get("random_weights") is True
+    except (OSError, ValueError, yaml.YAMLError):
+        return False  # an unreadable engine fails its own load with a clear message
+
+
+def random_weights_warning(selection: EngineSelection) -> str:
+    name = selection.path.name if selection.path is not None else selection.kind
+    return (
+        f"engine {name} has random weights: it does not clone and speaks noise (a test engine from "
+        "`fasttts tiny-checkpoint`); the runaway guard is off for it, since the length of noise means nothing"
+    )
 
 
 def run_dub(
@@ -516,6 +555,8 @@ def _run_in_work_dir(
                 "draft voice: the reference voices are NOT cloned; every line is spoken by the Piper "
                 "'joe' voice (set --engine or $FASTTTS_ENGINE to an IndexTTS-2 engine for cloning)"
             )
+        if engine_random_weights(selection, synth):
+            rep.warn(random_weights_warning(selection))
         states, todo = _synthesize_all(o, rep, job, plan, counter, paths, synth)
         return _assemble(o, rep, job, plan, states, paths, selection, synth, todo)
     finally:
@@ -684,7 +725,9 @@ def _synth_with_guard(
     o: DubOptions, synth: Synthesizer, states: dict[int, _LineState], ids: list[int]
 ) -> dict[int, tuple[SynthResult | None, int, str | None]]:
     """Synthesize `ids`; lines that fail or look like runaways are retried with new seeds, up to
-    --max-retries times, batched together. Returns (result, retries, problem) per line."""
+    --max-retries times, batched together. Returns (result, retries, problem) per line. A random-weight
+    engine speaks noise of no particular length: only its failures count, not the runaway guard."""
+    guard = None if getattr(synth, "random_weights", False) else GUARD
     out: dict[int, tuple[SynthResult | None, int, str | None]] = {}
     pending = list(ids)
     attempt = 0
@@ -705,7 +748,9 @@ def _synth_with_guard(
             else:
                 assert res.audio is not None
                 dur = len(res.audio) / res.sample_rate
-                problem = GUARD.check(states[i].line.text, dur, res.hit_token_limit)
+                problem = (
+                    None if guard is None else guard.check(states[i].line.text, dur, res.hit_token_limit)
+                )
             out[i] = (res, attempt, problem)
             if problem is not None and attempt < o.max_retries:
                 again.append(i)
@@ -1155,6 +1200,7 @@ class SynthOptions:
     seed: int = 0
     max_retries: int = 2
     emotion: EmotionSpec | None = None
+    on_line_failure: str = "fail"  # fail | silence (skip would leave nothing to write)
 
 
 def synth_one(
@@ -1168,6 +1214,14 @@ def synth_one(
     text = clean_text(so.text)
     if not text:
         raise UsageError("synth: the text is empty")
+    if so.on_line_failure not in SYNTH_FAILURE_POLICIES:
+        raise UsageError(
+            f"--on-line-failure must be one of {', '.join(SYNTH_FAILURE_POLICIES)} for synth "
+            f"(got {so.on_line_failure!r})",
+            hint="skip applies to dub only: synth has one line, skipping it would write nothing",
+        )
+    if so.max_retries < 0:
+        raise UsageError(f"--max-retries must be >= 0 (got {so.max_retries})")
     if so.output.suffix.lower() not in AUDIO_EXTS:
         raise UsageError(f"-o/--output {so.output}: the extension must be one of {', '.join(AUDIO_EXTS)}")
     check_writable(so.output.parent if str(so.output.parent) else Path("."), "-o/--output")
@@ -1182,6 +1236,8 @@ def synth_one(
     try:
         if not synth.clones_voice:
             rep.warn("draft voice: the reference voice is NOT cloned (Piper 'joe' voice)")
+        if engine_random_weights(selection, synth):
+            rep.warn(random_weights_warning(selection))
         with rep.stage("voices"):
             voice = synth.prepare_voice(so.voice, emotion=so.emotion)
         seed = line_seed(text, voice.key, so.seed)
@@ -1191,20 +1247,32 @@ def synth_one(
             res, retries, problem = _synth_with_guard(
                 DubOptions(script=Path("-"), max_retries=so.max_retries), synth, {1: st}, [1]
             )[1]
-        if problem is not None or res is None or res.audio is None:
-            raise SynthesisError(f"synthesis failed after {retries} retries: {problem}")
+        failed = problem is not None or res is None or res.audio is None
+        if failed:
+            msg = f"synthesis failed after {retries} retries: {problem or 'no audio'}"
+            if so.on_line_failure == "fail":
+                raise SynthesisError(msg, hint="--on-line-failure silence writes silence instead")
+            rep.warn(f"{msg} (left silent)")
+            # as long as the text would take, so a caller placing the file keeps its timing
+            sr = int(synth.sample_rate)
+            audio = np.zeros(round(_forecast_duration(text) * sr), np.float32)
+        else:
+            assert res is not None and res.audio is not None
+            audio, sr = res.audio, res.sample_rate
         dt = time.monotonic() - t0
         with rep.stage("write"):
-            write_audio(so.output, res.audio, res.sample_rate)
-        dur = len(res.audio) / res.sample_rate
+            write_audio(so.output, audio, sr)
+        dur = len(audio) / sr
         return {
             "ok": True,
             "command": "synth",
             "outputs": {"audio": str(so.output)},
             "duration": round(dur, 3),
-            "sample_rate": res.sample_rate,
+            "sample_rate": sr,
             "seed": seed,
             "retries": retries,
+            "failed": failed,
+            "error": problem if failed else None,
             "rtf": round(dt / dur, 4) if dur else None,
             "engine": _engine_info(selection, synth, so.preset),
             "warnings": rep.warnings,

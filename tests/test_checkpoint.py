@@ -10,11 +10,22 @@ import yaml
 
 torch = pytest.importorskip("torch")
 
-from fasttts_cli.build.checkpoint import CheckpointPaths, checkpoint_digest, load_checkpoint  # noqa: E402
+from fasttts_cli.build.checkpoint import (  # noqa: E402
+    RANDOM_KEY,
+    CheckpointPaths,
+    checkpoint_digest,
+    load_checkpoint,
+)
 from fasttts_cli.build.config import ConfigError, load_config  # noqa: E402
 from fasttts_cli.build.tiny import TINY_CONFIG, ensure_tiny_checkpoint, write_tiny_checkpoint  # noqa: E402
-from fasttts_cli.errors import InputError  # noqa: E402
+from fasttts_cli.errors import InputError, MissingDependencyError  # noqa: E402
 from tests.parity import CACHE, ParityCase  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _empty_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # auxiliary models missing from hf_cache/ are looked for in the user's hub: keep that one empty
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
 
 
 @pytest.fixture(scope="module")
@@ -39,11 +50,20 @@ def test_tiny_loads_strictly_with_sizes_from_config(tiny: Path) -> None:
     assert m.spk_matrix.shape == (73, TINY_CONFIG["s2mel"]["style_encoder"]["dim"])
     assert m.emo_matrix.shape == (73, g["model_dim"])
     assert m.bpe_model.is_file()
+    assert m.random_weights  # config.yaml says so: every engine built from it will too
     # the tiny checkpoint is small and its weights are not trivial
     total = sum(p.stat().st_size for p in tiny.rglob("*") if p.is_file())
     assert total < 8_000_000
     ln = m.gpt.final_norm.weight.detach()
     assert not torch.allclose(ln, torch.ones_like(ln)) and m.gpt.final_norm.bias.abs().sum() > 0
+
+
+def test_only_marked_checkpoints_have_random_weights(tiny_copy: Path) -> None:
+    cfg_path = tiny_copy / "config.yaml"
+    data = yaml.safe_load(cfg_path.read_text())
+    assert data.pop(RANDOM_KEY) is True
+    cfg_path.write_text(yaml.safe_dump(data))  # a real checkpoint's config has no such key
+    assert load_checkpoint(tiny_copy).random_weights is False
 
 
 def test_tiny_is_deterministic_per_seed(tiny: Path, tmp_path: Path) -> None:
@@ -101,9 +121,10 @@ def test_misshaped_tensor_names_file_and_key(tiny_copy: Path) -> None:
 )
 def test_missing_file_names_it(tiny_copy: Path, rel: str) -> None:
     (tiny_copy / rel).unlink()
-    with pytest.raises(InputError) as e:
+    with pytest.raises(MissingDependencyError) as e:
         load_checkpoint(tiny_copy)
-    assert str(tiny_copy / rel) in str(e.value) and "not found" in str(e.value)
+    assert str(tiny_copy / rel) in str(e.value) and "1 model file missing" in str(e.value)
+    assert "fasttts download" in str(e.value)
 
 
 def test_config_errors_name_file_and_key(tiny_copy: Path) -> None:
@@ -139,9 +160,9 @@ def test_config_size_mismatch_with_tensors(tiny_copy: Path) -> None:
 def test_auxiliary_overrides(tiny_copy: Path, tmp_path: Path) -> None:
     aux = tmp_path / "aux"
     shutil.move(tiny_copy / "hf_cache", aux)
-    with pytest.raises(InputError) as e:
+    with pytest.raises(MissingDependencyError) as e:
         load_checkpoint(tiny_copy)
-    assert "--w2v-bert" in str(e.value) or "hf_cache" in str(e.value)
+    assert "--w2v-bert" in str(e.value) and "hf_cache" in str(e.value)
     paths = CheckpointPaths(
         tiny_copy,
         w2v_bert=aux / "w2v-bert-2.0",
@@ -151,11 +172,11 @@ def test_auxiliary_overrides(tiny_copy: Path, tmp_path: Path) -> None:
     )
     m = load_checkpoint(paths)
     assert m.paths.codec == aux / "semantic_codec_model.safetensors"
-    with pytest.raises(InputError) as e:
+    with pytest.raises(MissingDependencyError) as e:
         load_checkpoint(
             CheckpointPaths(tiny_copy, w2v_bert=aux / "w2v-bert-2.0", codec=aux / "nope.safetensors")
         )
-    assert "nope.safetensors" in str(e.value)
+    assert "nope.safetensors (semantic_codec/model.safetensors from amphion/MaskGCT)" in str(e.value)
 
 
 def test_digest_changes_with_any_file(tiny_copy: Path) -> None:

@@ -9,6 +9,7 @@ import pytest
 
 from fasttts_cli.cli import main
 from fasttts_cli.engine_select import TORCH, select_engine
+from tests.conftest_engine import *  # noqa: F403 (fixtures: tiny_engine_dir)
 
 REPO = Path(__file__).resolve().parent.parent
 ALICE = REPO / "samples" / "voices" / "alice.wav"
@@ -82,3 +83,187 @@ def test_a_checkpoint_directory_selects_the_torch_backend(tmp_path: Path) -> Non
     (tmp_path / "gpt.pth").write_bytes(b"")
     sel = select_engine(str(tmp_path), env={})
     assert sel.kind == TORCH and sel.path == tmp_path
+
+
+# ---- honest random-weight engines (the session's tiny engine, tests/conftest_engine.py) ---------------
+
+SAMPLES = REPO / "samples"
+RANDOM_WARNING = "has random weights: it does not clone and speaks noise"
+
+
+def test_synth_failure_flags_are_checked(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    out = tmp_path / "x.wav"
+    code, r = run(
+        capsys, "synth", "Hi.", "--voice", str(ALICE), "-o", str(out), "--on-line-failure", "skip", "--json"
+    )
+    assert code == 2 and "--on-line-failure" in r["error"] and "skip" in r["hint"]
+    code, r = run(
+        capsys, "synth", "Hi.", "--voice", str(ALICE), "-o", str(out), "--max-retries", "-1", "--json"
+    )
+    assert code == 2 and "--max-retries" in r["error"]
+    assert not out.exists()
+
+
+class _Failing:
+    """A synthesizer whose every line fails: synth's failure policy decides what is written."""
+
+    name = "failing"
+    clones_voice = True
+    sample_rate = 16000
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def identity(self) -> str:
+        return "failing"
+
+    def prepare_voice(self, path: Path, *, name: str | None = None, emotion=None):
+        from fasttts_cli.synthesizer import Voice
+
+        return Voice(name="v", path=path, audio_sha256="0" * 64)
+
+    def synthesize(self, requests):
+        from fasttts_cli.synthesizer import SynthResult
+
+        self.calls += 1
+        return [SynthResult(r.line_id, None, self.sample_rate, error="boom") for r in requests]
+
+    def close(self) -> None:
+        pass
+
+
+def test_synth_on_line_failure_silence_writes_the_lines_length(tmp_path: Path) -> None:
+    import soundfile as sf
+
+    from fasttts_cli.errors import SynthesisError
+    from fasttts_cli.pipeline import SynthOptions, synth_one
+
+    out = tmp_path / "x.wav"
+    fail = _Failing()
+    with pytest.raises(SynthesisError):
+        synth_one(SynthOptions("Hello there.", ALICE, out, max_retries=1), synthesizer=fail)
+    assert fail.calls == 2 and not out.exists()  # one try + --max-retries 1
+    fail = _Failing()
+    r = synth_one(
+        SynthOptions("Hello there.", ALICE, out, max_retries=0, on_line_failure="silence"), synthesizer=fail
+    )
+    assert fail.calls == 1 and r["failed"] and r["error"] == "boom" and r["retries"] == 0
+    audio, sr = sf.read(str(out))
+    assert sr == 16000 and len(audio) > 0.5 * sr and not audio.any()
+    assert r["engine"]["random_weights"] is False and r["engine"]["clones_voice"] is True
+
+
+def test_manifests_without_the_field_are_real_weights() -> None:
+    from fasttts_cli.engine_folder import Manifest
+
+    m = Manifest.from_dict(
+        {
+            "model_id": "indextts2",
+            "model_version": "2.0",
+            "checkpoint_digest": "0" * 64,
+            "preset": "cpu-fp32",
+            "preset_build_keys": {},
+            "components": {},
+        }
+    )
+    assert m.random_weights is False
+
+
+def test_a_random_engine_says_so_and_synth_exits_0(
+    tiny_engine_dir: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from fasttts_cli.indextts2.synthesizer import RANDOM_MAX_TOKENS, IndexTTS2Synthesizer
+
+    s = IndexTTS2Synthesizer.load(tiny_engine_dir)
+    assert s.random_weights and s.engine.preset.decode.max_tokens == RANDOM_MAX_TOKENS
+    out = tmp_path / "x.wav"
+    # this tiny checkpoint never stops (stop bias 0): every line hits the token limit, which the runaway
+    # guard would retry and then fail; random weights skip the guard instead
+    code, r = run(
+        capsys,
+        "synth",
+        "Hi there.",
+        "--voice",
+        str(ALICE),
+        "-o",
+        str(out),
+        "--engine",
+        str(tiny_engine_dir),
+        "--json",
+    )
+    assert code == 0 and out.is_file() and r["retries"] == 0 and not r["failed"]
+    assert r["engine"]["random_weights"] is True and r["engine"]["clones_voice"] is False
+    assert any(RANDOM_WARNING in w for w in r["warnings"])
+
+
+def test_doctor_warns_about_a_random_engine(tiny_engine_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fasttts_cli.doctor import check_engines
+
+    monkeypatch.setenv("FASTTTS_ENGINE", str(tiny_engine_dir))
+    rows = [c for c in check_engines() if c.name == f"engine {tiny_engine_dir.name}"]
+    assert len(rows) == 1 and rows[0].status == "warn" and RANDOM_WARNING in rows[0].detail
+
+
+def test_dry_run_reports_random_weights(
+    tiny_engine_dir: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, r = run(
+        capsys,
+        "dub",
+        str(SAMPLES / "demo.tsv"),
+        "--voice",
+        f"ALICE={ALICE}",
+        "--voice",
+        f"BOB={SAMPLES / 'voices' / 'bob.wav'}",
+        "--engine",
+        str(tiny_engine_dir),
+        "--output-dir",
+        str(tmp_path),
+        "--dry-run",
+        "--json",
+    )
+    assert code == 0 and r["engine"]["random_weights"] is True
+
+
+@pytest.mark.slow
+def test_the_readme_tiny_engine_dub_of_the_demo_exits_0(
+    tiny_engine_dir: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, r = run(
+        capsys,
+        "dub",
+        str(SAMPLES / "demo.tsv"),
+        "--voice",
+        f"ALICE={ALICE}",
+        "--voice",
+        f"BOB={SAMPLES / 'voices' / 'bob.wav'}",
+        "--video",
+        str(SAMPLES / "demo.mp4"),
+        "--lang",
+        "eng",
+        "--engine",
+        str(tiny_engine_dir),
+        "--output-dir",
+        str(tmp_path),
+        "--json",
+    )
+    assert code == 0, r
+    assert r["engine"]["random_weights"] is True and r["engine"]["clones_voice"] is False
+    assert any(RANDOM_WARNING in w for w in r["warnings"])
+    assert r["lines"]["failed"] == 0 and r["lines"]["retries"] == 0
+    assert Path(r["outputs"]["video"]).is_file()
+
+
+def test_the_torch_backend_on_a_random_checkpoint_says_so(tiny_checkpoint_dir: Path) -> None:
+    import dataclasses
+
+    pytest.importorskip("torch")
+    from fasttts_cli.indextts2.synthesizer import RANDOM_MAX_TOKENS
+    from fasttts_cli.presets import ComponentSpec, load_preset
+    from fasttts_cli.torch_backend.synthesizer import TorchSynthesizer
+
+    p = load_preset("gpu-torch-fp16")
+    p = dataclasses.replace(p, components={k: ComponentSpec("torch", "fp32") for k in p.components})
+    s = TorchSynthesizer.load(tiny_checkpoint_dir, p, device="cpu")
+    assert s.random_weights and s.engine.preset.decode.max_tokens == RANDOM_MAX_TOKENS
+    assert f'max_tokens": {RANDOM_MAX_TOKENS}' in s.identity()  # the cap reaches every line's cache key

@@ -4,25 +4,32 @@
     hf_cache/w2v-bert-2.0/{config.json, model.safetensors}  hf_cache/semantic_codec_model.safetensors
     hf_cache/campplus_cn_common.bin  hf_cache/bigvgan/{config.json, bigvgan_generator.pt}
 
-Each auxiliary model may live elsewhere (`CheckpointPaths` overrides). Every key is checked strictly by
-the module loaders (errors name the file and the key); this module composes them, checks the small
-tensors (stats, emotion matrices) against the config, and computes the checkpoint digest recorded in an
-engine's manifest.
+Each auxiliary model may live elsewhere (`CheckpointPaths` overrides), and `locate_checkpoint` finds the
+files in the other layouts of release_layout.py (a release folder, the Hugging Face cache). Missing files
+are reported all at once, each with the repository it comes from. Every key is checked strictly by the
+module loaders (errors name the file and the key); this module composes them, checks the small tensors
+(stats, emotion matrices) against the config, and computes the checkpoint digest recorded in an engine's
+manifest. A random-weight checkpoint (`fasttts tiny-checkpoint`) says so in config.yaml (RANDOM_KEY).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from fasttts_cli.build.config import IndexTTS2Config, load_config
+from fasttts_cli.build.release_layout import AUX_BY_KEY, AUX_MODELS, MAIN_REPO, find_auxiliary, find_layout
 from fasttts_cli.engine_folder import file_sha256
-from fasttts_cli.errors import InputError
+from fasttts_cli.errors import InputError, MissingDependencyError
+
+# Top-level config.yaml key written by `fasttts tiny-checkpoint`: the weights are random. The official
+# loader ignores unknown top-level keys, so the file stays a valid IndexTTS-2 config.
+RANDOM_KEY = "fasttts_random_weights"
 
 
 @dataclass(frozen=True)
@@ -43,8 +50,13 @@ class CheckpointPaths:
     def config_path(self) -> Path:
         return Path(self.config) if self.config else self.root / "config.yaml"
 
+    def auxiliary(self) -> dict[str, Path]:
+        """The four auxiliary models: the overrides, else their official places under hf_cache/."""
+        hf = self.root / "hf_cache"
+        return {m.key: Path(getattr(self, m.key) or hf / m.official) for m in AUX_MODELS}
+
     def resolve(self, cfg: IndexTTS2Config) -> ResolvedPaths:
-        r, hf = self.root, self.root / "hf_cache"
+        r, aux = self.root, self.auxiliary()
         return ResolvedPaths(
             config=self.config_path,
             gpt=r / cfg.gpt_checkpoint,
@@ -53,10 +65,7 @@ class CheckpointPaths:
             spk_matrix=r / cfg.spk_matrix,
             emo_matrix=r / cfg.emo_matrix,
             bpe_model=r / cfg.bpe_model,
-            w2v_bert=Path(self.w2v_bert) if self.w2v_bert else hf / "w2v-bert-2.0",
-            codec=Path(self.codec) if self.codec else hf / "semantic_codec_model.safetensors",
-            campplus=Path(self.campplus) if self.campplus else hf / "campplus_cn_common.bin",
-            bigvgan=Path(self.bigvgan) if self.bigvgan else hf / "bigvgan",
+            **aux,
         )
 
 
@@ -78,24 +87,62 @@ class ResolvedPaths:
         """(label, path) of every file the model reads, in a fixed order (for the digest)."""
         for name in ("config", "gpt", "s2mel", "w2v_stat", "spk_matrix", "emo_matrix", "bpe_model"):
             yield name, getattr(self, name)
-        yield "w2v_bert/config.json", self.w2v_bert / "config.json"
-        yield "w2v_bert/model.safetensors", self.w2v_bert / "model.safetensors"
-        yield "codec", self.codec
-        yield "campplus", self.campplus
-        yield "bigvgan/config.json", self.bigvgan / "config.json"
-        yield "bigvgan/bigvgan_generator.pt", self.bigvgan / "bigvgan_generator.pt"
+        yield from auxiliary_files({m.key: getattr(self, m.key) for m in AUX_MODELS})
 
     def check_exist(self) -> None:
-        for label, p in self.files():
-            if not p.is_file():
-                raise InputError(p, f"file not found ({label} of the checkpoint)", hint=_hint(label))
+        missing = [(label, p) for label, p in self.files() if not p.is_file()]
+        if missing:
+            raise missing_files_error(missing)
 
 
-def _hint(label: str) -> str:
-    if label.startswith(("w2v_bert", "codec", "campplus", "bigvgan")):
-        flag = label.split("/")[0].replace("_", "-")
-        return f"auxiliary models live under <checkpoint>/hf_cache/ or wherever --{flag} points"
-    return "is this an IndexTTS-2 checkpoint directory in the official layout?"
+def auxiliary_files(aux: dict[str, Path]) -> Iterator[tuple[str, Path]]:
+    """(label, path) of each file of the auxiliary models: `w2v_bert/config.json`, `codec`, ..."""
+    for m in AUX_MODELS:
+        if m.folder:
+            for f in m.files:
+                yield f"{m.key}/{Path(f).name}", aux[m.key] / Path(f).name
+        else:
+            yield m.key, aux[m.key]
+
+
+def source_of(label: str, path: Path) -> str:
+    """The repository a file of the checkpoint comes from (and its name there when it differs), for
+    error messages: `(from funasr/campplus)`, `(semantic_codec/model.safetensors from amphion/MaskGCT)`."""
+    key, _, inner = label.partition("/")
+    model = AUX_BY_KEY.get(key)
+    if model is None:
+        return f"(from {MAIN_REPO})"
+    name = inner if model.folder else model.files[0]
+    return f"(from {model.repo})" if name == path.name else f"({name} from {model.repo})"
+
+
+def missing_files_error(missing: list[tuple[str, Path]]) -> MissingDependencyError:
+    """One error naming every missing file, where it was expected and where it comes from."""
+    items = "; ".join(f"{p} {source_of(label, p)}" for label, p in missing)
+    keys = {label.split("/")[0] for label, _ in missing}
+    flags = [f"--{m.key.replace('_', '-')}" for m in AUX_MODELS if m.key in keys]
+    hint = (
+        "fetch the release with `fasttts download DIR` (pip install 'fasttts-cli[download]') and build "
+        "with --checkpoint DIR"
+    )
+    if flags:
+        hint += f", or point {', '.join(flags)} at copies you have"
+    n = len(missing)
+    return MissingDependencyError(
+        f"checkpoint incomplete: {n} model file{'s' * (n != 1)} missing: {items}", hint=hint
+    )
+
+
+def locate_checkpoint(paths: CheckpointPaths, env: Mapping[str, str] | None = None) -> CheckpointPaths:
+    """`paths` with its root moved to the folder holding config.yaml (a Hugging Face snapshot, for the
+    cache layouts) and every auxiliary model not given explicitly found in hf_cache/ or a hub; one not
+    found anywhere keeps its official place under hf_cache/, where check_exist names it."""
+    layout = find_layout(paths.root, env)
+    found = {}
+    for model in AUX_MODELS:
+        if getattr(paths, model.key) is None:
+            found[model.key] = find_auxiliary(layout, model)
+    return replace(paths, root=layout.root, **{k: v for k, v in found.items() if v is not None})
 
 
 @dataclass
@@ -121,6 +168,11 @@ class IndexTTS2Modules:
 
     def digest(self) -> str:
         return checkpoint_digest(self.paths)
+
+    @property
+    def random_weights(self) -> bool:
+        """Whether config.yaml says the weights are random (written by `fasttts tiny-checkpoint`)."""
+        return self.config.raw.get(RANDOM_KEY) is True
 
 
 def checkpoint_digest(paths: ResolvedPaths) -> str:
@@ -177,6 +229,12 @@ def load_checkpoint(paths: CheckpointPaths | Path | str) -> IndexTTS2Modules:
         paths = CheckpointPaths(Path(paths))
     if not paths.root.is_dir():
         raise InputError(paths.root, "checkpoint directory not found")
+    paths = locate_checkpoint(paths)
+    if not paths.config_path.is_file():
+        # without config.yaml the other main files have no names yet: name it and the auxiliary models
+        missing = [("config", paths.config_path)]
+        missing += [(lb, p) for lb, p in auxiliary_files(paths.auxiliary()) if not p.is_file()]
+        raise missing_files_error(missing)
     cfg = load_config(paths.config_path)
     rp = paths.resolve(cfg)
     rp.check_exist()

@@ -796,6 +796,7 @@ def build_engine(
             tool_version=f"fasttts {__version__}",
             files=files,
             config=constants,
+            random_weights=m.random_weights,
         )
         write_manifest(tmp, manifest)
         for p in [tmp, *tmp.iterdir()]:

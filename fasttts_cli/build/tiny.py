@@ -8,6 +8,9 @@ works because our loaders derive every size from config.yaml and the tensors (th
 some widths: the GPT stays 1280 wide, w2v-BERT/codec/conditioners 1024, which is why the parity
 checkpoint is 0.9 GB and this one is about 5 MB).
 
+config.yaml carries `fasttts_random_weights: true` (checkpoint.RANDOM_KEY), which `fasttts build` copies
+into the engine's manifest as `random_weights`, so every engine made from it says that it does not clone.
+
 Weights are random but non-trivial (norm scales near 1 but not 1, biases non-zero, BatchNorm running
 statistics set, weight-norm gains consistent with their directions), drawn from a torch Generator seeded
 with `seed`, so the same seed gives the same tensors. The tokenizer is trained on the spot from a small
@@ -30,6 +33,8 @@ from typing import Any
 import torch
 import yaml
 from torch import nn
+
+from fasttts_cli.build.checkpoint import RANDOM_KEY
 
 EMO_NUM = [3, 17, 2, 8, 4, 5, 10, 24]
 
@@ -567,7 +572,7 @@ def write_tiny_checkpoint(
         (tmp / "config.yaml").write_text(
             "# IndexTTS-2 config.yaml (official schema) of a RANDOM-WEIGHT checkpoint written by "
             "`fasttts tiny-checkpoint`.\n"
-            + yaml.safe_dump(make_config(sizes), sort_keys=False, allow_unicode=True),
+            + yaml.safe_dump({**make_config(sizes), RANDOM_KEY: True}, sort_keys=False, allow_unicode=True),
             encoding="utf-8",
         )
         # one module at a time, so a full-size checkpoint never holds every module in memory at once

@@ -43,6 +43,7 @@ from fasttts_cli.synthesizer import EmotionSpec, SynthRequest, SynthResult, Voic
 ENGINE_CODE_REV = 1
 SEGMENT_GAP_S = 0.2  # the original's interval_silence (200 ms)
 N_EMOTIONS = 8
+RANDOM_MAX_TOKENS = 500  # codes per segment for random-weight engines (above the tiny checkpoint's 401)
 
 _ALIASES = {
     "num_beams": "beams",
@@ -133,6 +134,13 @@ class IndexTTS2Synthesizer:
 
     def __init__(self, engine: IndexTTS2Engine, cache: VoiceCache | None = None) -> None:
         self.engine = engine
+        if self.random_weights:
+            # Random weights rarely pick the stop code: every segment would run to max_tokens (a full-size
+            # random engine took 11 minutes on "Hi there." at 1500). Capped, it is a test engine again; the
+            # cap is a run key, so identity() and the line cache see it.
+            d = engine.preset.decode
+            if d.max_tokens > RANDOM_MAX_TOKENS:
+                engine.preset = replace(engine.preset, decode=replace(d, max_tokens=RANDOM_MAX_TOKENS))
         self.cache = cache if cache is not None else VoiceCache()
         self.sample_rate = engine.sample_rate
         self.last_voice_cached: bool | None = None  # whether the last prepare_voice was a cache hit
@@ -156,6 +164,15 @@ class IndexTTS2Synthesizer:
         folder = Path(path)
         manifest = read_manifest(folder, expect_model=MODEL_ID)
         return load_text_front_end(folder, manifest).count_tokens
+
+    @property
+    def random_weights(self) -> bool:
+        """Built from a random-weight checkpoint (manifest `random_weights`): speaks noise, clones nothing."""
+        manifest = getattr(self.engine, "manifest", None)
+        if manifest is not None:
+            return bool(manifest.random_weights)
+        # the PyTorch backend runs from the checkpoint itself, whose config.yaml says it
+        return bool(getattr(getattr(self.engine, "modules", None), "random_weights", False))
 
     # ------------------------------------------------------------------------------- protocol
 
