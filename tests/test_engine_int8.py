@@ -88,7 +88,7 @@ def test_integer_dit_stays_near_fp32(
     a, b = a[0, :, p:], b[0, :, p:]
     assert not np.array_equal(a, b)  # really a different graph
     mae = float(np.abs(a - b).mean())
-    assert mae < 0.01 * float(a.max() - a.min()), (mae, float(a.max() - a.min()))  # measured 0.14%
+    assert mae < 0.01 * float(a.max() - a.min()), (mae, float(a.max() - a.min()))  # 0.14-0.32%
 
 
 def test_pieces_follow_the_engine_dit_precision(
