@@ -263,6 +263,12 @@ def validate_options(o: DubOptions) -> None:
     )
     need(o.mix != "background" or o.background is not None, "--mix background needs --background PATH")
     need(not o.soft_subtitles or o.video is not None, "--soft-subtitles needs --video")
+    audio_only = o.output is not None and o.output.suffix.lower() in AUDIO_EXTS
+    need(
+        not (audio_only and o.video is not None and (o.soft_subtitles or o.mix == "keep")),
+        f"-o/--output {o.output}: an audio file holds one track and no subtitles; "
+        "--mix keep and --soft-subtitles need a video container (.mp4, .mkv, ...)",
+    )
     need(not o.default_subtitles or o.soft_subtitles, "--default-subtitles needs --soft-subtitles")
 
 
@@ -295,9 +301,14 @@ def resolve_outputs(o: DubOptions, script_format: str | None = None) -> OutputPa
     stem = src.stem if str(src) != "-" else "stdin"
     if o.output is not None:
         media = o.output
-        exts = VIDEO_EXTS if o.video is not None else AUDIO_EXTS
+        # With --video, an audio extension writes the dub alone (timed to the video, mixed per --mix).
+        exts = VIDEO_EXTS + AUDIO_EXTS if o.video is not None else AUDIO_EXTS
         if media.suffix.lower() not in exts:
-            kind = "a video container" if o.video is not None else "an audio file (no --video given)"
+            kind = (
+                "a video container or an audio file"
+                if o.video is not None
+                else "an audio file (no --video given)"
+            )
             raise UsageError(
                 f"-o/--output {media}: the extension must name {kind}: {', '.join(exts)}",
             )
@@ -851,7 +862,7 @@ def _assemble(
         atomic_write_text(paths.subtitles, text)
 
     with rep.stage("write"):
-        if o.video is not None:
+        if o.video is not None and paths.media.suffix.lower() in VIDEO_EXTS:
             from fasttts_cli.mux import mux
 
             notes: list[str] = []
@@ -878,7 +889,7 @@ def _assemble(
     report = _report(o, plan, states, timings, todo, selection, synth, norm, rep, skipped=job.skipped)
     report_path = atomic_write_json(paths.work_dir / "report.json", report)
     outputs = {
-        ("video" if o.video is not None else "audio"): str(paths.media),
+        ("video" if paths.media.suffix.lower() in VIDEO_EXTS else "audio"): str(paths.media),
         "subtitles": str(paths.subtitles),
         "report": str(report_path),
         "plan": str(paths.work_dir / "plan.json"),

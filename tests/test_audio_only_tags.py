@@ -32,3 +32,26 @@ def test_und_adds_no_language_tag(tmp_path: Path):
     sf.write(src, np.zeros(48000, dtype=np.float32), 48000, subtype="FLOAT")
     out = export_audio(src, tmp_path / "ep.und.m4a", lang="und")
     assert probe(out).audio_streams[0].language is None
+
+
+def test_with_a_video_an_audio_output_is_the_dub_alone_timed_to_the_video(tmp_path: Path):
+    from fasttts_cli.errors import UsageError
+    from fasttts_cli.pipeline import DubOptions, run_dub
+    from tests.test_pipeline import FakeSynth
+
+    root = Path(__file__).resolve().parents[1] / "samples"
+    video = root / "demo.mp4"
+    opts = DubOptions(
+        script=root / "demo.srt",
+        voices=[str(root / "voices" / "alice.wav")],
+        video=video,
+        lang="eng",
+        output=tmp_path / "dub.wav",
+    )
+    res = run_dub(opts, synthesizer=FakeSynth())
+    assert set(res.outputs) >= {"audio", "subtitles"} and "video" not in res.outputs
+    info = sf.info(res.outputs["audio"])
+    assert abs(info.frames / info.samplerate - probe(video).duration) < 0.05
+    opts.mix = "keep"
+    with pytest.raises(UsageError, match="--mix keep"):
+        run_dub(opts, synthesizer=FakeSynth())
