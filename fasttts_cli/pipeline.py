@@ -522,15 +522,20 @@ def _run_in_work_dir(
         counter, token_source = token_counter(selection, o.preset)
     with rep.stage("plan"):
         plan = _plan(job.cues, job.voices, counter, o, job.only)
+    clones = synthesizer.clones_voice if synthesizer is not None else selection.kind != DRAFT
+    # What the run will synthesize: a non-cloning engine's batches are regrouped (_synthesize_all), and
+    # the forecast must say so.
+    n_batches = len(_synthesis_batches([list(b.line_indices) for b in plan.batches], clones, o.batch_size))
     plan_json = {
         "script": str(o.script),
         "engine": selection.kind,
         "token_counts": token_source,
         "untimed": job.untimed,
         **plan.to_json(),
+        "synthesis_batches": n_batches,
     }
     atomic_write_json(paths.work_dir / "plan.json", plan_json)
-    rep.event("plan", lines=len(plan.lines), batches=len(plan.batches), work_dir=str(paths.work_dir))
+    rep.event("plan", lines=len(plan.lines), batches=n_batches, work_dir=str(paths.work_dir))
     if not plan.lines:
         raise InputError(o.script, "nothing to say: every cue is empty after cleanup (music, sound tags)")
     if plan.skipped:
@@ -547,7 +552,7 @@ def _run_in_work_dir(
             engine=_engine_info(selection, None, o.preset),
             lines={
                 "total": len(plan.lines),
-                "batches": len(plan.batches),
+                "batches": n_batches,
                 "tokens": sum(ln.n_tokens for ln in plan.lines),
                 "no_speech": list(plan.skipped),
                 "skipped": [s.to_json() for s in job.skipped],
@@ -586,7 +591,12 @@ def _voice_warnings(path: Path, rep: Reporter) -> None:
         pass  # the engine's own check is authoritative; it accepted this file
 
 
-def _merge_batches(batches: list[list[int]], size: int) -> list[list[int]]:
+def _synthesis_batches(batches: list[list[int]], clones_voice: bool, size: int) -> list[list[int]]:
+    """The plan's batches as the engine gets them. A non-cloning engine ignores the reference, so batches
+    split by voice only cost extra process starts (~1 s each for piper): they are regrouped into
+    --batch-size chunks."""
+    if clones_voice:
+        return batches
     flat = [i for b in batches for i in b]
     return [flat[k : k + size] for k in range(0, len(flat), size)]
 
@@ -652,10 +662,7 @@ def _synthesize_all(
 
     # Re-batch just the lines to synthesize, with the plan's own rule.
     batches = [list(b.line_indices) for b in _plan(job.cues, job.voices, counter, o, set(todo)).batches]
-    if not synth.clones_voice:
-        # A non-cloning engine ignores the reference, so batches split by voice only cost extra
-        # process starts (~1 s each for piper): regroup them into --batch-size chunks.
-        batches = _merge_batches(batches, o.batch_size)
+    batches = _synthesis_batches(batches, synth.clones_voice, o.batch_size)
     try:
         with rep.stage("synthesize"):
             _synthesize(o, rep, synth, cache, states, batches, identity)

@@ -85,3 +85,20 @@ def test_inspect_help_documents_every_option():
     )
     options = [ln for ln in proc.stdout.splitlines() if ln.strip().startswith("--")]
     assert options and all(len(ln.split()) > 2 for ln in options), options
+
+
+def test_the_dry_run_forecasts_the_batches_the_draft_voice_will_run(tmp_path: Path):
+    # Two voices, but the draft voice does not clone: the run regroups them into one batch.
+    script = tmp_path / "ep.tsv"
+    script.write_text(SCRIPT, encoding="utf-8")
+    ref = tmp_path / "v.wav"
+    sf.write(ref, np.zeros(10, dtype=np.float32), 16000)
+    args = [sys.executable, "-m", "fasttts_cli", "dub", str(script), "--voice", f"ALICE={ref}"]
+    args += ["--voice", f"BOB={ref.with_name('w.wav')}", "--engine", "draft", "--dry-run", "--json"]
+    sf.write(ref.with_name("w.wav"), np.zeros(10, dtype=np.float32), 16000)
+    proc = subprocess.run([*args, "--output-dir", str(tmp_path / "o")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["lines"]["batches"] == 1
+    plan = json.loads((tmp_path / "o" / "ep.fasttts" / "plan.json").read_text())
+    assert plan["synthesis_batches"] == 1 and len(plan["batches"]) == 2
