@@ -26,14 +26,16 @@ The rule, step by step:
    than it gains. Slow-down never borrows silence past ``e``.
 3. Smoothing: two lines are neighbours when they are consecutive in time and the silence between their
    slots (``s_next - max(e, s)``) is at most ``smooth_gap`` (default 2 s; a longer pause resets the pace, as
-   a scene change would). For every neighbour pair the final factors satisfy ``|f_i - f_j| <=
-   max_factor_step``. Smoothing only ever RAISES a factor, to ``f_j - max_factor_step`` of its faster
-   neighbour; the result is the smallest such raise of the step 1-2 factors (the upper envelope
-   ``max_j (f_j - step * |i - j|)`` over each chain of neighbours). Because every factor before
-   smoothing is ``<= max_speedup``, the envelope never exceeds the cap; because factors only go up,
-   every line becomes shorter or stays, so smoothing can never create or enlarge an overflow. A slowed
-   line next to a sped-up one gets raised (possibly back to 1.0 or above): the step rule wins over
-   slow-down.
+   a scene change would). Smoothing evens out the pace of lines that need a speed-up themselves: for
+   every neighbour pair of such lines the final factors satisfy ``|f_i - f_j| <= max_factor_step``.
+   It only ever RAISES a factor, to ``f_j - max_factor_step`` of its faster neighbour; the result is the
+   smallest such raise of the step 1-2 factors (the upper envelope ``max_j (f_j - step * |i - j|)`` over
+   each chain of neighbours). A line that fits (step 1 gave it 1.0, or slow-down less) is never sped up
+   by smoothing: a tempo change costs more in artefacts than an even pace gains, so it is raised at most
+   to 1.0 (a slowed line next to a sped-up one is un-slowed: the step rule wins over slow-down), and a
+   chain of neighbours is broken at it. Because every factor before smoothing is ``<= max_speedup``, the
+   envelope never exceeds the cap; because factors only go up, every line becomes shorter or stays, so
+   smoothing can never create or enlarge an overflow.
 4. Placement and overflow (``overflow`` option), what is left after 1-3:
    - ``shift`` (default): a line starts at ``max(s, previous placed end + min_gap)``, so ``min_gap`` always
      holds and no line starts before its slot. A line that overruns its ``A`` pushes the following lines
@@ -165,6 +167,12 @@ def _needed(d: float, start: float, allowed: float) -> float:
     return math.inf if room <= EPS else d / room
 
 
+def _smoothed(target: float, sped: bool) -> float:
+    """How far smoothing may raise a line toward `target`: all the way for a line that needs a speed-up
+    itself, at most to 1.0 (un-slowing it) for one that fits: a line that fits is never sped up."""
+    return target if sped else min(target, 1.0)
+
+
 def solve_timing(
     items: Sequence[SlotInput], opts: TimingOptions = TimingOptions(), *, media_end: float | None = None
 ) -> list[LineTiming]:
@@ -188,6 +196,7 @@ def solve_timing(
 
     # Pass 1 (forward): needed factor from the actual start, cap, optional slow-down, forward smoothing.
     f = [1.0] * n
+    sped = [False] * n  # the line itself needs a speed-up (before smoothing)
     prev_end = -math.inf
     for i in range(n):
         start = max(s[i], prev_end + opts.min_gap) if shift_mode else s[i]
@@ -197,15 +206,16 @@ def solve_timing(
             target = min(e[i], allowed[i]) - s[i]
             if target > EPS and d[i] < opts.slow_threshold * target:
                 fi = max(1.0 / opts.max_slowdown, d[i] / target)
+        sped[i] = fi > 1.0
         if i > 0 and linked[i - 1]:
-            fi = max(fi, f[i - 1] - step)
+            fi = max(fi, _smoothed(f[i - 1] - step, sped[i]))
         f[i] = fi
         prev_end = start + d[i] / fi
 
     # Pass 2 (backward): raise a line toward a faster line after it; never lowers, never passes the cap.
     for i in range(n - 2, -1, -1):
         if linked[i]:
-            f[i] = max(f[i], f[i + 1] - step)
+            f[i] = max(f[i], _smoothed(f[i + 1] - step, sped[i]))
 
     # Pass 3: placement with the final factors, then the overflow policy.
     out: list[LineTiming | None] = [None] * n

@@ -45,21 +45,26 @@ def test_borrows_silence_before_speeding_up() -> None:
     assert out[1].action == "fit"
 
 
-def test_speed_up_just_enough_and_neighbour_smoothed() -> None:
+def test_speed_up_just_enough_and_a_neighbour_that_fits_stays_at_its_pace() -> None:
     # Line 1: room 2.92 s for 3.5 s -> 3.5 / 2.92 = 1.19863; it ends exactly at 2.92.
-    # Line 2 fits at 1.0 but is a neighbour (gap 1 s <= 2 s): raised to 1.19863 - 0.1 = 1.09863.
+    # Line 2 fits at 1.0: a neighbour (gap 1 s <= 2 s), but smoothing never speeds up a line that fits.
     out = solve_timing(slots((0.0, 2.0, 3.5), (3.0, 5.0, 1.0)), TimingOptions(), media_end=10.0)
     assert out[0].factor == A(1.1986301)
     assert out[0].end == A(2.92)
     assert out[0].action == "sped-up"
-    assert out[1].factor == A(1.0986301)
-    assert out[1].end == A(3.0 + 1.0 / 1.0986301)
-    assert out[1].action == "sped-up"
+    assert out[1].factor == 1.0 and out[1].action == "fit"
+
+
+def test_smoothing_evens_out_neighbours_that_both_need_a_speed_up() -> None:
+    # Line 1 needs 3.5 / 2.92 = 1.19863; line 2 needs 2.1 / 1.92 = 1.09375, raised to 1.19863 - 0.1.
+    out = solve_timing(slots((0.0, 2.0, 3.5), (3.0, 5.0, 2.1)), TimingOptions(), media_end=5.0)
+    assert out[0].factor == A(1.1986301)
+    assert out[1].factor == A(1.0986301) and out[1].action == "sped-up"
 
 
 def test_speed_up_capped_overlap_policy() -> None:
     # Line 1: room 2.42 s for 4 s would need 1.653x; capped at 1.25 -> 3.2 s, 0.78 s past 2.42.
-    # Line 2 keeps its start (overlap) and is smoothed to 1.25 - 0.1 = 1.15.
+    # Line 2 keeps its start (overlap) and fits: it stays at 1.0.
     opts = TimingOptions(overflow="overlap")
     out = solve_timing(slots((0.0, 2.0, 4.0), (2.5, 4.0, 1.0)), opts, media_end=10.0)
     assert out[0].factor == 1.25
@@ -67,8 +72,8 @@ def test_speed_up_capped_overlap_policy() -> None:
     assert out[0].overflow == A(0.78)
     assert out[0].action == "overlap"
     assert out[1].start == 2.5 and out[1].shift == 0.0
-    assert out[1].factor == A(1.15)
-    assert out[1].action == "sped-up"
+    assert out[1].factor == 1.0
+    assert out[1].action == "fit"
 
 
 def test_truncate_policy_cuts_at_allowed_end() -> None:
@@ -144,12 +149,19 @@ def test_shifted_line_speeds_up_to_catch_up() -> None:
 
 
 def test_smoothing_envelope() -> None:
-    # Line 2 needs exactly 1.775 / (3.0 - 0.08 - 1.5) = 1.25; the others fit at 1.0.
-    # Step 0.1 around it: 1.15, 1.25, 1.15, 1.05, then 1.0 (0.95 < 1.0, never lowered).
-    items = slots((0.0, 1.0, 0.5), (1.5, 2.5, 1.775), (3.0, 4.0, 0.5), (4.5, 5.5, 0.5), (6.0, 7.0, 0.5))
+    # Line 2 needs exactly 1.775 / (3.0 - 0.08 - 1.5) = 1.25; lines 1, 3 and 4 need a little speed-up
+    # (1.2 s in 1.42 s of room: 1.0005), line 5 fits. Step 0.1 around line 2: 1.15, 1.25, 1.15, 1.05;
+    # line 5 stays 1.0 (a line that fits is never sped up).
+    items = slots(
+        (0.0, 1.0, 1.4205), (1.5, 2.5, 1.775), (3.0, 4.0, 1.4205), (4.5, 5.5, 1.4205), (6.0, 7.0, 0.5)
+    )
     out = solve_timing(items, TimingOptions(overflow="overlap"), media_end=20.0)
     assert [t.factor for t in out] == [A(1.15), A(1.25), A(1.15), A(1.05), 1.0]
     assert out[1].end == A(2.92) and all(t.overflow == 0.0 for t in out)
+    # The chain breaks at a line that fits: line 3 at 1.0 stops the envelope reaching line 4.
+    items = slots((0.0, 1.0, 0.5), (1.5, 2.5, 1.775), (3.0, 4.0, 0.5), (4.5, 5.5, 1.4205), (6.0, 7.0, 0.5))
+    out = solve_timing(items, TimingOptions(overflow="overlap"), media_end=20.0)
+    assert [t.factor for t in out] == [1.0, A(1.25), 1.0, A(1.4205 / 1.42), 1.0]
 
 
 def test_smoothing_chain_breaks_at_long_pause() -> None:
@@ -158,6 +170,13 @@ def test_smoothing_chain_breaks_at_long_pause() -> None:
     out = solve_timing(items, TimingOptions(), media_end=10.0)
     assert [t.factor for t in out] == [A(1.25), 1.0]
     out = solve_timing(items, TimingOptions(smooth_gap=5.0), media_end=10.0)
+    assert [t.factor for t in out] == [A(1.25), 1.0]  # linked now, but line 2 fits
+    items = slots((0.0, 1.0, 4.9), (4.0, 5.0, 5.0))  # line 2 needs 5.0 / 4.92 = 1.01626
+    assert [t.factor for t in solve_timing(items, TimingOptions(), media_end=8.92)] == [
+        A(1.25),
+        A(5.0 / 4.92),
+    ]
+    out = solve_timing(items, TimingOptions(smooth_gap=5.0), media_end=8.92)
     assert [t.factor for t in out] == [A(1.25), A(1.15)]
 
 
@@ -190,8 +209,8 @@ def test_no_room_line_gets_cap_and_note() -> None:
 
 
 def test_input_order_kept_neighbours_by_time() -> None:
-    items = [SlotInput(7, 3.0, 5.0, 1.0), SlotInput(3, 0.0, 2.0, 3.5)]
-    out = solve_timing(items, TimingOptions(), media_end=10.0)
+    items = [SlotInput(7, 3.0, 5.0, 2.1), SlotInput(3, 0.0, 2.0, 3.5)]
+    out = solve_timing(items, TimingOptions(), media_end=5.0)
     assert [t.index for t in out] == [7, 3]
     assert out[1].factor == A(3.5 / 2.92) and out[0].factor == A(3.5 / 2.92 - 0.1)
 
@@ -282,7 +301,7 @@ def test_properties(problem) -> None:
         if opts.overflow != "shift":
             assert t.start == it.start
     for (a, ta), (b, tb) in itertools.pairwise(by_time):
-        if b.start - max(a.end, a.start) <= opts.smooth_gap:
+        if b.start - max(a.end, a.start) <= opts.smooth_gap and min(ta.factor, tb.factor) > 1.0:
             assert abs(ta.factor - tb.factor) <= opts.max_factor_step + 1e-9  # smoothing rule
         if opts.overflow == "shift":
             assert tb.start >= ta.end + opts.min_gap - 1e-9  # min_gap always kept
@@ -301,3 +320,5 @@ def test_properties(problem) -> None:
     for t, p in zip(out, plain, strict=True):
         assert t.overflow <= p.overflow + 1e-9
         assert t.factor >= p.factor - 1e-9 or opts.overflow == "shift"
+        # A line that fits without smoothing is never sped up by it.
+        assert t.factor <= 1.0 + 1e-12 or p.factor > 1.0
