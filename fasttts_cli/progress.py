@@ -91,7 +91,8 @@ class Reporter:
         self._progress: Progress | None = None
         self._live_kind = ""
         self._tasks: dict[str, TaskID] = {}
-        self._last_sp: dict[str, tuple[float, float, float]] = {}  # stage -> (t, done, total) last emitted
+        # stage -> (t, (done, total, extra)) of the last stage_progress event written
+        self._last_sp: dict[str, tuple[float, tuple[float, float, tuple[Any, ...]]]] = {}
         self._audio_s = 0.0
         self._synth_s = 0.0
 
@@ -148,11 +149,13 @@ class Reporter:
         the last (done >= total) and any after STAGE_PROGRESS_INTERVAL get through."""
         now = time.monotonic()
         last = self._last_sp.get(stage)
+        where = (done, total, tuple(sorted(extra.items())))
         final = done >= total
-        restart = last is not None and (done < last[1] or total != last[2])  # a new pass of the stage
+        # a new pass of the stage (loudness) or a new total starts over: its first event gets through
+        restart = last is not None and (done < last[1][0] or where[1:] != last[1][1:])
         due = last is None or restart or now - last[0] >= STAGE_PROGRESS_INTERVAL
-        if (final and (last is None or last[1:] != (done, total))) or (due and not final):
-            self._last_sp[stage] = (now, done, total)
+        if (final and (last is None or last[1] != where)) or (due and not final):
+            self._last_sp[stage] = (now, where)
             self.event("stage_progress", stage=stage, done=_num(done), total=_num(total), unit=unit, **extra)
         if not self.bars:
             return

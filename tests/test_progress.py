@@ -252,3 +252,13 @@ def test_build_command_reports_each_component(tmp_path, monkeypatch, capsys):
         (n, k, 3) for k, n in enumerate(names, 1)
     ]
     assert all(e["seconds"] > 0 and e["elapsed"] >= 0 for e in comp)
+
+
+def test_each_loudness_pass_reports_its_end_even_in_one_block(tmp_path):
+    events = tmp_path / "ev.jsonl"
+    rep = Reporter(verbosity=QUIET, jsonl=str(events))
+    for p in (1, 2):
+        rep.stage_progress("loudness", 5.0, 5.0, unit="seconds", **{"pass": p})
+    rep.close()
+    sp = [e for e in _events(events) if e["event"] == "stage_progress"]
+    assert [(e["pass"], e["done"], e["total"]) for e in sp] == [(1, 5, 5), (2, 5, 5)]
