@@ -37,7 +37,7 @@ from fasttts_cli.cache import (
 )
 from fasttts_cli.engine_select import DRAFT, TORCH, EngineSelection, select_engine
 from fasttts_cli.errors import FastTTSError, InputError, MissingDependencyError, SynthesisError, UsageError
-from fasttts_cli.progress import QUIET, Reporter
+from fasttts_cli.progress import QUIET, PassProgress, Reporter, counted
 from fasttts_cli.synthesizer import (
     EmotionSpec,
     Synthesizer,
@@ -845,7 +845,7 @@ def _assemble(
                 duration = last_end + 0.5
             timeline = scratch.enter_context(DiskArray(paths.work_dir, 1, prefix=".timeline-"))
             placed = _placed_lines(o, cache, states, timings)
-            _render_timeline(timeline, _counted(placed, len(timings), rep, "tempo"), duration)
+            _render_timeline(timeline, counted(placed, len(timings), rep, "tempo", "lines"), duration)
 
         with rep.stage("mix"):
             mixed, keep_original, dub_layout = _mix(
@@ -855,7 +855,7 @@ def _assemble(
         with rep.stage("loudness"):
             # The normalizer's last pass writes dub.wav itself: no copy of the programme in between.
             with AudioFileWriter(paths.work_dir / "dub.wav", SR, mixed.channels) as wav:
-                passes = _PassCounter(mixed, rep)
+                passes = PassProgress(mixed, SR, rep, "loudness")
                 norm = normalize_stream(passes, SR, wav.write, o.loudness, o.true_peak, block=block)
             dub_wav = wav.path
             if not norm.on_target:
@@ -972,38 +972,6 @@ def _placed_lines(
         if t.truncated:
             y = trim_to(y, SR, t.end - t.start)
         yield t.start, y
-
-
-def _counted(items: Iterable[Any], total: int, rep: Reporter, stage: str) -> Iterator[Any]:
-    """`items`, reporting `stage` progress as each one is consumed (a line placed, a block mixed)."""
-    if total == 0:
-        rep.stage_progress(stage, 0, 0, unit="lines")
-    for k, item in enumerate(items, 1):
-        yield item
-        rep.stage_progress(stage, k, total, unit="lines")
-
-
-class _PassCounter:
-    """The mixed programme as the normalizer's block source, reporting each pass over it as loudness
-    progress in seconds of programme (a pass starts when frame 0 is read again)."""
-
-    def __init__(self, src: Any, rep: Reporter) -> None:
-        self.src, self.rep = src, rep
-        self.channels = src.channels
-        self.passes = 0
-
-    @property
-    def n(self) -> int:
-        return int(self.src.n)
-
-    def read(self, start: int, stop: int) -> np.ndarray:
-        if start == 0:
-            self.passes += 1
-        y = self.src.read(start, stop)
-        self.rep.stage_progress(
-            "loudness", round(stop / SR, 3), round(self.n / SR, 3), unit="seconds", **{"pass": self.passes}
-        )
-        return y
 
 
 def _render_timeline(target: Any, placed: Iterable[tuple[float, np.ndarray]], duration: float) -> int:

@@ -25,9 +25,10 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, TextIO
 
+import numpy as np
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -266,6 +267,40 @@ class Reporter:
         if self._own_jsonl and self._jsonl is not None:
             self._jsonl.close()
         self._jsonl = None
+
+
+def counted(items: Iterable[Any], total: int, rep: Reporter, stage: str, unit: str) -> Iterator[Any]:
+    """`items`, reporting `stage` progress as each one is consumed (a line placed on the timeline)."""
+    if total == 0:
+        rep.stage_progress(stage, 0, 0, unit=unit)
+    for k, item in enumerate(items, 1):
+        yield item
+        rep.stage_progress(stage, k, total, unit=unit)
+
+
+class PassProgress:
+    """A block source (`channels`, `n`, `read`) that reports each pass a reader makes over it, in seconds
+    of audio: the loudness normalizer reads the programme two or more times, and a pass starts when frame
+    0 is read again."""
+
+    def __init__(self, src: Any, sr: int, rep: Reporter, stage: str) -> None:
+        self.src, self.sr, self.rep, self.stage = src, sr, rep, stage
+        self.channels = src.channels
+        self.passes = 0
+
+    @property
+    def n(self) -> int:
+        return int(self.src.n)
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        if start == 0:
+            self.passes += 1
+        y = self.src.read(start, stop)
+        total = round(self.n / self.sr, 3)
+        self.rep.stage_progress(
+            self.stage, round(stop / self.sr, 3), total, unit="seconds", **{"pass": self.passes}
+        )
+        return y
 
 
 def _bar(stderr: TextIO) -> Progress:
