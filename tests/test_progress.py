@@ -262,3 +262,33 @@ def test_each_loudness_pass_reports_its_end_even_in_one_block(tmp_path):
     rep.close()
     sp = [e for e in _events(events) if e["event"] == "stage_progress"]
     assert [(e["pass"], e["done"], e["total"]) for e in sp] == [(1, 5, 5), (2, 5, 5)]
+
+
+def test_mux_progress_comes_from_ffmpeg(job, tmp_path, monkeypatch):
+    from fasttts_cli import ffmpeg
+
+    video = tmp_path / "in.mp4"
+    ffmpeg.run_ffmpeg(
+        [
+            *("-f", "lavfi", "-i", "testsrc2=s=64x36:r=10:d=8", "-f", "lavfi", "-i", "sine=f=220:d=8"),
+            *("-c:v", "libx264", "-preset", "ultrafast", "-c:a", "aac", "-shortest", str(video)),
+        ],
+        what="test media",
+    )
+    times: list[float] = []
+    real = ffmpeg._run_reporting
+
+    def spy(cmd, on_time):
+        return real(cmd, lambda t: (times.append(t), on_time(t)))
+
+    monkeypatch.setattr(ffmpeg, "_run_reporting", spy)
+    monkeypatch.setattr("fasttts_cli.progress.STAGE_PROGRESS_INTERVAL", 0.0)
+    job.video = video
+    events = tmp_path / "ev.jsonl"
+    rep = Reporter(verbosity=QUIET, jsonl=str(events))
+    res = run_dub(job, rep, synthesizer=FakeSynth())
+    rep.close()
+    assert Path(res.outputs["video"]).is_file()
+    assert times and max(times) > 7.0  # ffmpeg's own report of the output written
+    write = [e for e in _events(events) if e["event"] == "stage_progress" and e["stage"] == "write"]
+    assert write[0]["done"] == 0 and write[-1]["done"] == write[-1]["total"] == pytest.approx(8.0, abs=0.1)
