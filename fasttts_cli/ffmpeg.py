@@ -7,6 +7,8 @@ import os
 import re
 import shutil
 import subprocess
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from fasttts_cli.errors import MissingDependencyError
@@ -48,13 +50,47 @@ def ffmpeg_filters() -> frozenset[str]:
     return frozenset(names)
 
 
-def run_ffmpeg(args: list[str], *, what: str) -> subprocess.CompletedProcess[bytes]:
-    """Run ffmpeg quietly; on failure raise with the last lines of its log so the user sees why."""
+def run_ffmpeg(
+    args: list[str], *, what: str, on_time: Callable[[float], None] | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    """Run ffmpeg quietly; on failure raise with the last lines of its log so the user sees why.
+    `on_time(seconds)`: called as ffmpeg reports how much of the output it has written (its `-progress`
+    report on stdout, so `args` must not write to stdout then)."""
     cmd = [ffmpeg_path(), "-hide_banner", "-nostdin", "-loglevel", "error", "-y", *args]
-    proc = subprocess.run(cmd, capture_output=True, check=False)
+    if on_time is None:
+        proc = subprocess.run(cmd, capture_output=True, check=False)
+    else:
+        proc = _run_reporting([*cmd[:-1], "-progress", "pipe:1", "-nostats", cmd[-1]], on_time)
     if proc.returncode != 0:
         tail = proc.stderr.decode(errors="replace").strip().splitlines()[-5:]
         from fasttts_cli.errors import FastTTSError
 
         raise FastTTSError(f"ffmpeg failed while {what}: " + (" | ".join(tail) or f"exit {proc.returncode}"))
     return proc
+
+
+_OUT_TIME = re.compile(rb"^out_time_(?:us|ms)=(\d+)\s*$")  # both are microseconds (ms is a misnomer)
+
+
+def _run_reporting(cmd: list[str], on_time: Callable[[float], None]) -> subprocess.CompletedProcess[bytes]:
+    """Run ffmpeg with `-progress pipe:1`, calling on_time as it goes; its log is read alongside, so
+    neither pipe can fill up and stall it. Killed if the caller stops (an interrupt in on_time)."""
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    err: list[bytes] = []
+    reader = threading.Thread(
+        target=lambda: err.append(proc.stderr.read() if proc.stderr else b""), daemon=True
+    )
+    reader.start()
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            m = _OUT_TIME.match(line)
+            if m:
+                on_time(int(m.group(1)) / 1e6)
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        reader.join()
+    return subprocess.CompletedProcess(cmd, proc.returncode, b"", b"".join(err))

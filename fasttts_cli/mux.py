@@ -20,7 +20,7 @@ import functools
 import os
 import re
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -295,13 +295,14 @@ def mux(
     dub_layout: str | None = None,
     warnings: list[str] | None = None,
     default_subtitles: bool = False,
+    on_time: Callable[[float], None] | None = None,
 ) -> Path:
     """Mux `dub_audio` into `video` as the default, language-tagged track; write `out` atomically.
 
     The container comes from out's extension (.mp4 .m4v .mov .mkv .webm). `title` defaults to
     "Dub (<lang>) — fasttts". `dub_layout` relabels the dub's channels (a 6-channel WAV reads as 5.1; pass
     "5.1(side)" when the mix followed a 5.1(side) original). Notes for the user (e.g. a language MOV cannot
-    store) go to `warnings`."""
+    store) go to `warnings`. `on_time(seconds)`: ffmpeg's progress, seconds of the output written."""
     video, dub_audio, out = Path(video), Path(dub_audio), Path(out)
     notes = warnings if warnings is not None else []
     container = _CONTAINERS.get(out.suffix.lower())
@@ -398,13 +399,13 @@ def mux(
 
     with atomic_output(out) as tmp:
         try:
-            run_ffmpeg([*command(True), "-f", container, _src(tmp)], what=f"writing {out}")
+            run_ffmpeg([*command(True), "-f", container, _src(tmp)], what=f"writing {out}", on_time=on_time)
         except FastTTSError as e:
             if not originals or disk_full_text(e.message):
                 raise
             # The source's audio codec may not fit this container (e.g. PCM into MP4): re-encode it instead.
             notes.append(f"{out}: the original audio could not be copied into {out.suffix}; re-encoded it")
-            run_ffmpeg([*command(False), "-f", container, _src(tmp)], what=f"writing {out}")
+            run_ffmpeg([*command(False), "-f", container, _src(tmp)], what=f"writing {out}", on_time=on_time)
         if sub_codec is not None and container in ("mp4", "mov") and not default_subtitles:
             from fasttts_cli.mp4_tracks import disable_tracks
 

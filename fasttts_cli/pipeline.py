@@ -37,8 +37,15 @@ from fasttts_cli.cache import (
 )
 from fasttts_cli.engine_select import DRAFT, TORCH, EngineSelection, select_engine
 from fasttts_cli.errors import FastTTSError, InputError, MissingDependencyError, SynthesisError, UsageError
-from fasttts_cli.progress import QUIET, Reporter
-from fasttts_cli.synthesizer import EmotionSpec, Synthesizer, SynthRequest, SynthResult, Voice
+from fasttts_cli.progress import QUIET, PassProgress, Reporter, counted
+from fasttts_cli.synthesizer import (
+    EmotionSpec,
+    Synthesizer,
+    SynthRequest,
+    SynthResult,
+    Voice,
+    synthesize_rows,
+)
 
 SR = 48000  # the delivery rate: every line is resampled to it exactly once
 FAILURE_POLICIES = ("fail", "silence", "skip")
@@ -696,11 +703,15 @@ def _synthesize(
         for bno, ids in enumerate(batches, 1):
             rep.batch_start(bno, len(ids))
             t0 = time.monotonic()
-            results = _synth_with_guard(o, synth, states, ids)
-            dt = time.monotonic() - t0
             audio_s = 0.0
-            for i in ids:
-                st, (res, retries, problem) = states[i], results[i]
+
+            def final(
+                i: int, res: SynthResult | None, retries: int, problem: str | None, secs: float
+            ) -> None:
+                # Cached and reported the moment the line is final, while its batch-mates are still being
+                # synthesized: a bar that moves, and an interrupt that keeps every finished line.
+                nonlocal audio_s
+                st = states[i]
                 st.retries = retries
                 if problem is None and res is not None and res.audio is not None:
                     meta = {
@@ -718,13 +729,12 @@ def _synthesize(
                     audio_s += hit.duration
                 else:
                     st.error = problem or "no audio"
-            share = dt / max(1, len(ids))
-            for i in ids:
-                st = states[i]
                 dur = None if st.n_samples is None else st.n_samples / st.sample_rate
-                rtf = (share / dur) if dur else None
+                rtf = (secs / dur) if dur else None
                 rep.line_done(i, cached=False, duration=dur, rtf=rtf, retries=st.retries, error=st.error)
-            rep.batch_done(bno, len(ids), dt, audio_s)
+
+            _synth_with_guard(o, synth, states, ids, on_final=final)
+            rep.batch_done(bno, len(ids), time.monotonic() - t0, audio_s)
             for i in ids:
                 st = states[i]
                 if st.error is None:
@@ -739,28 +749,39 @@ def _synthesize(
         rep.end_synthesis()
 
 
+# (line, result, retries, problem, synthesis seconds over its attempts): a line's outcome once it is final
+FinalLine = Callable[[int, SynthResult | None, int, str | None, float], None]
+
+
 def _synth_with_guard(
-    o: DubOptions, synth: Synthesizer, states: dict[int, _LineState], ids: list[int]
+    o: DubOptions,
+    synth: Synthesizer,
+    states: dict[int, _LineState],
+    ids: list[int],
+    on_final: FinalLine | None = None,
 ) -> dict[int, tuple[SynthResult | None, int, str | None]]:
     """Synthesize `ids`; lines that fail or look like runaways are retried with new seeds, up to
-    --max-retries times, batched together. Returns (result, retries, problem) per line. A random-weight
-    engine speaks noise of no particular length: only its failures count, not the runaway guard."""
+    --max-retries times, batched together. Returns (result, retries, problem) per line, and hands each
+    line to `on_final` as soon as its outcome is final (as the engine reports rows: see
+    `synthesizer.synthesize_rows`). A random-weight engine speaks noise of no particular length: only its
+    failures count, not the runaway guard."""
     guard = None if getattr(synth, "random_weights", False) else GUARD
     out: dict[int, tuple[SynthResult | None, int, str | None]] = {}
-    pending = list(ids)
-    attempt = 0
-    while pending:
+    spent: dict[int, float] = dict.fromkeys(ids, 0.0)
+
+    def attempt(pending: list[int], n: int) -> list[int]:
+        """One engine call for `pending` (attempt n); returns the lines to try again."""
         reqs = []
         for i in pending:
             st = states[i]
-            seed = st.seed if attempt == 0 else retry_seed(st.seed, attempt)
+            seed = st.seed if n == 0 else retry_seed(st.seed, n)
             assert st.voice is not None
             reqs.append(SynthRequest(line_id=str(i), text=st.line.text, voice=st.voice, seed=seed))
-        results = synth.synthesize(reqs)
-        if len(results) != len(reqs):
-            raise FastTTSError(f"{synth.name} engine returned {len(results)} results for {len(reqs)} lines")
-        again = []
-        for i, res in zip(pending, results, strict=True):
+        again: list[int] = []
+
+        def row(k: int, res: SynthResult, seconds: float) -> None:
+            i = pending[k]
+            spent[i] += seconds
             if not res.ok:
                 problem: str | None = res.error or "no audio"
             else:
@@ -769,11 +790,21 @@ def _synth_with_guard(
                 problem = (
                     None if guard is None else guard.check(states[i].line.text, dur, res.hit_token_limit)
                 )
-            out[i] = (res, attempt, problem)
-            if problem is not None and attempt < o.max_retries:
+            out[i] = (res, n, problem)
+            if problem is not None and n < o.max_retries:
                 again.append(i)
-        pending = again
-        attempt += 1
+            elif on_final is not None:
+                on_final(i, res, n, problem, spent[i])
+
+        results = synthesize_rows(synth, reqs, row)
+        if len(results) != len(reqs):
+            raise FastTTSError(f"{synth.name} engine returned {len(results)} results for {len(reqs)} lines")
+        return sorted(again, key=pending.index)
+
+    pending, n = list(ids), 0
+    while pending:
+        pending = attempt(pending, n)
+        n += 1
     return out
 
 
@@ -831,7 +862,8 @@ def _assemble(
             else:
                 duration = last_end + 0.5
             timeline = scratch.enter_context(DiskArray(paths.work_dir, 1, prefix=".timeline-"))
-            _render_timeline(timeline, _placed_lines(o, cache, states, timings), duration)
+            placed = _placed_lines(o, cache, states, timings)
+            _render_timeline(timeline, counted(placed, len(timings), rep, "tempo", "lines"), duration)
 
         with rep.stage("mix"):
             mixed, keep_original, dub_layout = _mix(
@@ -841,7 +873,8 @@ def _assemble(
         with rep.stage("loudness"):
             # The normalizer's last pass writes dub.wav itself: no copy of the programme in between.
             with AudioFileWriter(paths.work_dir / "dub.wav", SR, mixed.channels) as wav:
-                norm = normalize_stream(mixed, SR, wav.write, o.loudness, o.true_peak, block=block)
+                passes = PassProgress(mixed, SR, rep, "loudness")
+                norm = normalize_stream(passes, SR, wav.write, o.loudness, o.true_peak, block=block)
             dub_wav = wav.path
             if not norm.on_target:
                 rep.warn(
@@ -869,8 +902,14 @@ def _assemble(
         atomic_write_text(paths.subtitles, text)
 
     with rep.stage("write"):
+        rep.stage_progress("write", 0, round(duration, 3), unit="seconds")
         if o.video is not None and paths.media.suffix.lower() in VIDEO_EXTS:
             from fasttts_cli.mux import mux
+
+            def muxed(t: float) -> None:  # ffmpeg's -progress: seconds of the output written so far
+                rep.stage_progress(
+                    "write", min(round(t, 3), round(duration, 3)), round(duration, 3), unit="seconds"
+                )
 
             notes: list[str] = []
             mux(
@@ -884,6 +923,7 @@ def _assemble(
                 default_subtitles=o.default_subtitles,
                 dub_layout=dub_layout,
                 warnings=notes,
+                on_time=muxed,
             )
             for n in notes:
                 rep.warn(n)
@@ -892,6 +932,7 @@ def _assemble(
 
             title = o.title or default_title(normalize_lang(o.lang))
             export_audio(dub_wav, paths.media, block=block, lang=o.lang, title=title)
+        rep.stage_progress("write", round(duration, 3), round(duration, 3), unit="seconds")
 
     report = _report(o, plan, states, timings, todo, selection, synth, norm, rep, skipped=job.skipped)
     report_path = atomic_write_json(paths.work_dir / "report.json", report)
@@ -1006,8 +1047,14 @@ def _mix(
         sr=SR,
         block=block,
     )
-    for start, chunk in blocks:
+    from fasttts_cli.blockio import block_ranges
+
+    n_blocks = len(list(block_ranges(n, max(1, block or n))))
+    if n_blocks == 0:
+        rep.stage_progress("mix", 0, 0, unit="blocks")
+    for k, (start, chunk) in enumerate(blocks, 1):
         out.write(start, chunk)
+        rep.stage_progress("mix", k, n_blocks, unit="blocks")
     return out, mode == "keep", (None if layout == "mono" else layout)
 
 
@@ -1261,9 +1308,20 @@ def synth_one(
         seed = line_seed(text, voice.key, so.seed)
         st = _LineState(_SynthLine(1, text), voice, seed)
         t0 = time.monotonic()
+
+        def final(i: int, res: SynthResult | None, retries: int, problem: str | None, secs: float) -> None:
+            dur = (
+                len(res.audio) / res.sample_rate
+                if problem is None and res and res.audio is not None
+                else None
+            )
+            rep.line_done(
+                i, cached=False, duration=dur, rtf=secs / dur if dur else None, retries=retries, error=problem
+            )
+
         with rep.stage("synthesize"):
             res, retries, problem = _synth_with_guard(
-                DubOptions(script=Path("-"), max_retries=so.max_retries), synth, {1: st}, [1]
+                DubOptions(script=Path("-"), max_retries=so.max_retries), synth, {1: st}, [1], on_final=final
             )[1]
         failed = problem is not None or res is None or res.audio is None
         if failed:

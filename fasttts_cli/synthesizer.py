@@ -4,11 +4,17 @@ Engines (`draft`, `indextts2`, later `torch`) implement this protocol; the pipel
 an engine's internals. A line's audio must not depend on its batch-mates: each request carries its
 own seed (derived from its cache key), which is what lets the per-line cache treat a batch as a set
 of independent lines.
+
+Progress per line: an engine that can tell when each row of a batch is ready sets `reports_rows = True`
+and accepts `synthesize(requests, on_result=cb)`, calling `cb(k, result)` once per row as soon as that
+row's audio (or error) is final; the pipeline drives every engine through `synthesize_rows`, which also
+serves engines without it (their rows are reported when the call returns).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -93,7 +99,70 @@ class Synthesizer(Protocol):
         ...
 
     def synthesize(self, requests: Sequence[SynthRequest]) -> list[SynthResult]:
-        """One result per request, same order; a failing line does not fail its batch."""
+        """One result per request, same order; a failing line does not fail its batch. An engine with
+        `reports_rows = True` also takes `on_result` (see the module docstring)."""
         ...
 
     def close(self) -> None: ...
+
+
+ResultCallback = Callable[[int, SynthResult], None]
+# (row index in the call, its result, synthesis seconds attributed to the row)
+RowReport = Callable[[int, SynthResult, float], None]
+
+
+class CallbackFailed(BaseException):
+    """The caller's `on_result` raised inside an engine. A BaseException so that an engine's own
+    per-line error handling (`except Exception`) cannot mistake it for a failing line; `synthesize_rows`
+    re-raises the original."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def deliver(on_result: ResultCallback | None, k: int, result: SynthResult) -> None:
+    """Call an engine's `on_result` for row k, wrapping what it raises in CallbackFailed."""
+    if on_result is None:
+        return
+    try:
+        on_result(k, result)
+    except Exception as e:
+        raise CallbackFailed(e) from e
+
+
+def synthesize_rows(
+    synth: Synthesizer, requests: Sequence[SynthRequest], on_row: RowReport
+) -> list[SynthResult]:
+    """`synth.synthesize(requests)`, calling `on_row(k, result, seconds)` once per row as soon as the
+    engine says the row is ready (`reports_rows`), or for every row when the call returns (other
+    engines). `seconds`: for a reporting engine, the time since the previous row was ready (or since the
+    call began); otherwise the call's time shared equally, since nothing finer is known."""
+    t0 = time.monotonic()
+    if not getattr(synth, "reports_rows", False):
+        results = synth.synthesize(requests)
+        share = (time.monotonic() - t0) / max(1, len(requests))
+        for k, res in enumerate(results[: len(requests)]):
+            on_row(k, res, share)
+        return results
+    seen: set[int] = set()
+    last = t0
+
+    def cb(k: int, res: SynthResult) -> None:
+        nonlocal last
+        if k in seen or not 0 <= k < len(requests):
+            return  # an engine reporting a row twice (or one that is not there) is not the caller's problem
+        seen.add(k)
+        now = time.monotonic()
+        seconds, last = now - last, now
+        on_row(k, res, seconds)
+
+    try:
+        results = synth.synthesize(requests, on_result=cb)  # type: ignore[call-arg]
+    except CallbackFailed as e:
+        raise e.error from None
+    # a row the engine did not report (it should have) is reported now, with no time of its own
+    for k, res in enumerate(results[: len(requests)]):
+        if k not in seen:
+            cb(k, res)
+    return results

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -710,6 +711,16 @@ def default_out_dir(checkpoint_dir: Path, preset_name: str) -> Path:
     return engines_root() / f"{Path(checkpoint_dir).resolve().name}-{preset_name}"
 
 
+@dataclass(frozen=True)
+class ComponentBuilt:
+    """One component of an engine build is written (for a caller's progress display)."""
+
+    name: str  # the graph (or "gpt_trtllm") as the manifest names it
+    index: int  # 1-based
+    total: int
+    seconds: float  # this component: export, conversion and any TensorRT plan
+
+
 def build_engine(
     checkpoint: CheckpointPaths | Path | str,
     preset: Preset | str | Path,
@@ -718,12 +729,15 @@ def build_engine(
     overwrite: bool = False,
     components: list[str] | None = None,
     progress: Callable[[str], None] | None = None,
+    on_component: Callable[[ComponentBuilt], None] | None = None,
 ) -> Path:
     """Export every component of `checkpoint` into an engine folder; returns its path.
 
     `components` limits the export to some graph names (for tests); the manifest then lists only those.
+    `progress` gets a message per step; `on_component` a ComponentBuilt as each component is written.
     """
     say = progress or (lambda _msg: None)
+    built = on_component or (lambda _c: None)
     preset = preset if isinstance(preset, Preset) else load_preset(preset)
     _check_preset(preset)
     paths = checkpoint if isinstance(checkpoint, CheckpointPaths) else CheckpointPaths(Path(checkpoint))
@@ -744,13 +758,20 @@ def build_engine(
             sp for sp in engine_specs(m, preset) if components is None or sp.name in components
         ]
         gpt_comp = preset.components.get("gpt")
-        if gpt_comp is not None and gpt_comp.backend == "tensorrt-llm":
+        trtllm = gpt_comp is not None and gpt_comp.backend == "tensorrt-llm"
+        if trtllm:
             # the GPT trunk becomes a TensorRT-LLM engine instead of an ONNX graph
             specs = [sp for sp in specs if sp is not None and sp.name != "gpt_trunk"]
+        total = len(specs) + int(trtllm)
+        if trtllm:
+            assert gpt_comp is not None
+            t_comp = time.monotonic()
             entries["gpt_trtllm"] = _build_trtllm_gpt(m, gpt_comp, preset, tmp, say)
+            built(ComponentBuilt("gpt_trtllm", 1, total, time.monotonic() - t_comp))
         with torch.no_grad():
             for i, spec in enumerate(specs):
                 assert spec is not None
+                t_comp = time.monotonic()
                 say(f"exporting {spec.name}")
                 path = export_graph(spec, tmp)
                 comp = preset.components.get(spec.group) or ComponentSpec()
@@ -772,6 +793,7 @@ def build_engine(
                     entry, info = build_component(tmp, spec.name, entry, comp, preset.limits, constants)
                     trt_info[spec.name] = info.to_json()
                 entries[spec.name] = entry
+                built(ComponentBuilt(spec.name, i + 1 + int(trtllm), total, time.monotonic() - t_comp))
                 specs[i] = spec = None
                 _release_unused(m, specs)
         if build_info:

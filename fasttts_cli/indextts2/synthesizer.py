@@ -37,7 +37,7 @@ from fasttts_cli.indextts2.engine import (
 from fasttts_cli.indextts2.sampling import SamplingParams
 from fasttts_cli.indextts2.voice_cache import VoiceCache, voice_key
 from fasttts_cli.presets import DecodeOptions, Preset, S2MelOptions
-from fasttts_cli.synthesizer import EmotionSpec, SynthRequest, SynthResult, Voice
+from fasttts_cli.synthesizer import EmotionSpec, ResultCallback, SynthRequest, SynthResult, Voice, deliver
 
 # Bump whenever this runtime's output for the same engine and preset could change (part of identity()).
 ENGINE_CODE_REV = 1
@@ -131,6 +131,7 @@ class IndexTTS2Synthesizer:
 
     name = "indextts2"
     clones_voice = True
+    reports_rows = True  # synthesize(..., on_result=) reports each line as its audio is ready
 
     def __init__(self, engine: IndexTTS2Engine, cache: VoiceCache | None = None) -> None:
         self.engine = engine
@@ -230,7 +231,12 @@ class IndexTTS2Synthesizer:
             self.cache.put(key, cond.arrays())
         return Voice(name=name or path.stem, path=path, audio_sha256=sha, emotion=spec, state=cond)
 
-    def synthesize(self, requests: Sequence[SynthRequest]) -> list[SynthResult]:
+    def synthesize(
+        self, requests: Sequence[SynthRequest], on_result: ResultCallback | None = None
+    ) -> list[SynthResult]:
+        """As the protocol says; `on_result(k, result)` as each request's audio is ready: when the last
+        of its segments is out of the vocoder (s2mel runs `s2mel.rows_per_call` lines a call, so a CPU
+        preset reports line by line, a GPU preset by engine batch)."""
         e = self.engine
         errors: dict[int, str] = {}
         segs: list[_Segment] = []
@@ -239,38 +245,59 @@ class IndexTTS2Synthesizer:
                 segs += self._segments(i, r)
             except Exception as ex:  # one bad line must not sink its batch
                 errors[i] = _message(ex)
+        mine: dict[int, list[_Segment]] = {i: [] for i in range(len(requests))}
+        for s in segs:
+            mine[s.req].append(s)
+        done: dict[int, SynthResult] = {}
+
+        def settle(final: bool) -> None:
+            # Deliver each request whose segments all have audio (or, once its batch is settled, an error).
+            for i, r in enumerate(requests):
+                if i in done:
+                    continue
+                parts = mine[i]
+                if (
+                    i in errors
+                    or all(s.wav is not None for s in parts)
+                    or (final and all(s.wav is not None or s.error is not None for s in parts))
+                ):
+                    done[i] = self._result(r, parts, errors.get(i))
+                    deliver(on_result, i, done[i])
+
+        settle(False)  # lines that failed before any model ran
         # Similar prefix lengths together: less padding in each GPT batch (results do not depend on it).
         order = sorted(segs, key=lambda s: (s.params.num_beams, len(s.prefix)))
         size = max(1, int(e.preset.limits.max_batch))
         for start in range(0, len(order), size):
-            self._run_guarded(order[start : start + size])
-        out = []
+            self._run_guarded(order[start : start + size], lambda: settle(False))
+            settle(True)
+        return [
+            done[i] if i in done else self._result(r, mine[i], errors.get(i)) for i, r in enumerate(requests)
+        ]
+
+    def _result(self, r: SynthRequest, mine: list[_Segment], error: str | None) -> SynthResult:
+        """A request's result from its segments (in index order), joined with the segment gap."""
+        mine = sorted(mine, key=lambda s: s.index)
+        if error is None:
+            bad = [s for s in mine if s.error is not None or s.wav is None]
+            if bad:
+                error = f"segment {bad[0].index + 1} of {len(mine)}: {bad[0].error or 'no audio'}"
+        if error is not None:
+            return SynthResult(r.line_id, None, self.sample_rate, error=error)
         gap = np.zeros(round(SEGMENT_GAP_S * self.sample_rate), np.float32)
-        for i, r in enumerate(requests):
-            mine = sorted((s for s in segs if s.req == i), key=lambda s: s.index)
-            if i not in errors:
-                bad = [s for s in mine if s.error is not None]
-                if bad:
-                    errors[i] = f"segment {bad[0].index + 1} of {len(mine)}: {bad[0].error}"
-            if i in errors:
-                out.append(SynthResult(r.line_id, None, self.sample_rate, error=errors[i]))
-                continue
-            parts: list[np.ndarray] = []
-            for k, s in enumerate(mine):
-                if k:
-                    parts.append(gap)
-                assert s.wav is not None
-                parts.append(s.wav)
-            out.append(
-                SynthResult(
-                    r.line_id,
-                    np.concatenate(parts).astype(np.float32),
-                    self.sample_rate,
-                    n_tokens=int(sum(s.codes.size for s in mine if s.codes is not None)),
-                    hit_token_limit=any(not s.stopped for s in mine),
-                )
-            )
-        return out
+        parts: list[np.ndarray] = []
+        for k, s in enumerate(mine):
+            if k:
+                parts.append(gap)
+            assert s.wav is not None
+            parts.append(s.wav)
+        return SynthResult(
+            r.line_id,
+            np.concatenate(parts).astype(np.float32),
+            self.sample_rate,
+            n_tokens=int(sum(s.codes.size for s in mine if s.codes is not None)),
+            hit_token_limit=any(not s.stopped for s in mine),
+        )
 
     def close(self) -> None:
         self.engine.close()
@@ -294,48 +321,58 @@ class IndexTTS2Synthesizer:
             for k, s in enumerate(ids)
         ]
 
-    def _run_guarded(self, batch: list[_Segment]) -> None:
+    def _run_guarded(self, batch: list[_Segment], ready: Callable[[], None]) -> None:
+        """Run a batch; if it fails, run its segments one by one to find the failing line (a segment
+        whose audio came out before the failure keeps it). `ready` is called as audio comes out."""
         try:
-            self._run(batch)
+            self._run(batch, ready)
         except Exception as ex:
             if len(batch) == 1:
                 batch[0].error = _message(ex)
                 return
-            for s in batch:  # find the line that fails; the others still get audio
-                s.error, s.wav, s.codes = None, None, None
-                self._run_guarded([s])
+            for s in batch:
+                if s.wav is not None:
+                    continue
+                s.error, s.codes = None, None
+                self._run_guarded([s], ready)
 
-    def _run(self, batch: list[_Segment]) -> None:
+    def _run(self, batch: list[_Segment], ready: Callable[[], None]) -> None:
         e = self.engine
         decoded = e.generate(
             [s.prefix for s in batch],
             [s.params for s in batch],
             [segment_seed_generator(s.seed, s.index) for s in batch],
         )
-        ready = []
+        todo = []
         for s, d in zip(batch, decoded, strict=True):
             s.codes, s.stopped = d.codes, d.stopped
             if d.codes.size == 0:
                 s.error = "the model generated no speech codes (stop token first)"
             else:
-                ready.append(s)
+                todo.append(s)
         groups: dict[tuple[int, float, str, str], list[_Segment]] = {}
-        for s in ready:
+        for s in todo:
             key = (s.s2mel.steps, s.s2mel.cfg_rate, s.s2mel.schedule, s.s2mel.cache_level)
             groups.setdefault(key, []).append(s)
         for (steps, cfg_rate, schedule, cache_level), group in groups.items():
-            wavs = e.codes_to_wavs(
-                [s.voice for s in group],
-                [s.prefix for s in group],
-                [s.codes for s in group],  # type: ignore[misc]
-                [noise_generator(s.seed, s.index) for s in group],
-                steps=steps,
-                cfg_rate=cfg_rate,
-                schedule=schedule,
-                cache_level=cache_level,
-            )
-            for s, w in zip(group, wavs, strict=True):
-                s.wav = w
+            # In the engine's own s2mel grouping (rows_per_call), so lines are ready as each call ends; every
+            # stage is per row, so the grouping changes only the time (test_deterministic_stages_...).
+            size = e.s2mel_rows(len(group)) if hasattr(e, "s2mel_rows") else len(group)
+            for lo in range(0, len(group), size):
+                part = group[lo : lo + size]
+                wavs = e.codes_to_wavs(
+                    [s.voice for s in part],
+                    [s.prefix for s in part],
+                    [s.codes for s in part],  # type: ignore[misc]
+                    [noise_generator(s.seed, s.index) for s in part],
+                    steps=steps,
+                    cfg_rate=cfg_rate,
+                    schedule=schedule,
+                    cache_level=cache_level,
+                )
+                for s, w in zip(part, wavs, strict=True):
+                    s.wav = w
+                ready()
 
 
 def _check_vector(vector: Sequence[float] | None) -> tuple[float, ...] | None:
