@@ -103,3 +103,15 @@ def test_build_reports_each_component(tiny_checkpoint_dir: Path, tmp_path: Path)
     )
     assert [(c.index, c.total) for c in seen] == [(1, 2), (2, 2)]
     assert {c.name for c in seen} == {"campplus", "codec_vq2emb"} and all(c.seconds > 0 for c in seen)
+
+
+def test_build_says_where_the_engine_went_once(
+    tiny_checkpoint_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fasttts_cli.cli import main
+
+    with pytest.raises(SystemExit) as ei:
+        main(["build", "--checkpoint", str(tiny_checkpoint_dir), "--out", str(tmp_path / "e")])
+    assert ei.value.code == 0
+    got = capsys.readouterr()
+    assert (got.out + got.err).count("engine written to") == 1, got

@@ -829,5 +829,4 @@ def build_engine(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    say(f"engine written to {out}")
-    return out
+    return out  # the caller reports where it went (the CLI said it twice when this did too)
