@@ -1,4 +1,5 @@
-"""The `fasttts` command line: a thin Typer shell over pipeline.py and doctor.py.
+"""The `fasttts` command line: a thin Typer shell over pipeline.py (dub), inspection.py (inspect),
+single_line.py (synth) and doctor.py.
 
 Conventions (README, "Exit codes"): stdout carries only results (with --json: exactly one JSON object,
 also on failure); logs, warnings and progress go to stderr. Errors are one line,
@@ -419,7 +420,7 @@ def synth(
     verbose: VerboseOpt = 0,
 ) -> int:
     """Speak one line in a reference voice, to an audio file at the engine's sample rate."""
-    from fasttts_cli.pipeline import SynthOptions, synth_one
+    from fasttts_cli.single_line import SynthOptions, synth_one
 
     def body(rep: Reporter) -> dict[str, Any]:
         t = sys.stdin.read() if text == "-" else text
@@ -480,7 +481,8 @@ def inspect(
     verbose: VerboseOpt = 0,
 ) -> int:
     """Show cues, speakers, batches and a timing forecast (no model is loaded)."""
-    from fasttts_cli.pipeline import DubOptions, inspect_job
+    from fasttts_cli.inspection import inspect_job
+    from fasttts_cli.job import DubOptions
 
     opts = DubOptions(
         script=script,

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from fasttts_cli import __version__, pipeline
+from fasttts_cli import __version__, pipeline, synthesis
 from fasttts_cli.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -163,7 +163,7 @@ def test_json_usage_error_is_one_object(capsys, srt):
 
 def test_interrupt_is_130_and_unexpected_error_is_1(capsys, monkeypatch, srt, voices):
     def interrupted(*a, **k):
-        raise pipeline.DubInterrupted(
+        raise synthesis.DubInterrupted(
             "interrupted: 3 of the 5 lines to synthesize are finished and cached in W"
         )
 

@@ -136,7 +136,7 @@ def test_synth_on_line_failure_silence_writes_the_lines_length(tmp_path: Path) -
     import soundfile as sf
 
     from fasttts_cli.errors import SynthesisError
-    from fasttts_cli.pipeline import SynthOptions, synth_one
+    from fasttts_cli.single_line import SynthOptions, synth_one
 
     out = tmp_path / "x.wav"
     fail = _Failing()

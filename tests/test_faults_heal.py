@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from fasttts_cli import pipeline
+from fasttts_cli import assembly, pipeline
 from fasttts_cli.cache import LineCache, audio_checksum, check_hits
 from fasttts_cli.cli import main
 from fasttts_cli.errors import FastTTSError
@@ -123,7 +123,7 @@ def test_cli_rerun_after_corruption_exits_0_with_a_json_warning(job, monkeypatch
 
 def test_entry_removed_during_the_run_is_a_clear_error_naming_the_work_dir(job, monkeypatch):
     run_dub(job, synthesizer=FakeSynth())
-    real = pipeline._render_timeline
+    real = assembly._render_timeline
 
     def meddle(target, placed, duration):
         # Something outside fasttts deletes the cache while this run is placing lines.
@@ -131,11 +131,11 @@ def test_entry_removed_during_the_run_is_a_clear_error_naming_the_work_dir(job, 
             p.unlink()
         return real(target, placed, duration)
 
-    monkeypatch.setattr(pipeline, "_render_timeline", meddle)
+    monkeypatch.setattr(assembly, "_render_timeline", meddle)
     with pytest.raises(FastTTSError, match=r"line 1: its cached audio .* was removed or changed in") as ei:
         run_dub(job, synthesizer=FakeSynth())
     assert str(job.output_dir / "ep.fasttts") in ei.value.message and "run the same command" in str(ei.value)
-    monkeypatch.setattr(pipeline, "_render_timeline", real)
+    monkeypatch.setattr(assembly, "_render_timeline", real)
     fake = FakeSynth()
     res = run_dub(job, synthesizer=fake)  # the next run heals it
     assert res.ok and sorted(_texts(fake)) == sorted(["First line here.", LINE2, "Third one."])

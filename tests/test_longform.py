@@ -16,7 +16,7 @@ import pyloudnorm
 import pytest
 import soundfile as sf
 
-from fasttts_cli import pipeline
+from fasttts_cli import assembly, pipeline
 from fasttts_cli.audio import AudioReader, load_audio_channels
 from fasttts_cli.blockio import AudioFileWriter, DiskArray, MemArray, export_audio
 from fasttts_cli.cache import atomic_write_json, atomic_write_text
@@ -364,7 +364,7 @@ def test_pipeline_result_does_not_depend_on_block_size(
     video = _make_video(tmp_path / "v.mkv", 12.0)
     script = _script(tmp_path / "s.tsv", 4, 2.8)
     res_one = pipeline.run_dub(_job(tmp_path, script, video, "one"), synthesizer=ToneSynth())
-    monkeypatch.setattr(pipeline, "ASSEMBLY_BLOCK", 5003)  # about 115 blocks, edges everywhere
+    monkeypatch.setattr(assembly, "ASSEMBLY_BLOCK", 5003)  # about 115 blocks, edges everywhere
     res_many = pipeline.run_dub(_job(tmp_path, script, video, "many"), synthesizer=ToneSynth())
     a, _ = sf.read(res_one.outputs["dub_audio"], dtype="float32")
     b, _ = sf.read(res_many.outputs["dub_audio"], dtype="float32")
@@ -384,7 +384,7 @@ def test_ten_minute_programme_assembles_in_bounded_memory(
     seconds = 600.0
     video = _make_video(tmp_path / "long.mkv", seconds)
     script = _script(tmp_path / "long.tsv", 12, 48.0)  # sparse lines over 10 minutes
-    monkeypatch.setattr(pipeline, "ASSEMBLY_BLOCK", SR)  # one-second blocks
+    monkeypatch.setattr(assembly, "ASSEMBLY_BLOCK", SR)  # one-second blocks
     o = _job(tmp_path, script, video, "out")
     tracemalloc.start()
     try:

@@ -12,7 +12,8 @@ import soundfile as sf
 
 from fasttts_cli.cache import line_seed
 from fasttts_cli.errors import ExitCode, SynthesisError, UsageError
-from fasttts_cli.pipeline import DubOptions, GuardBand, OutputPaths, _ranges, resolve_outputs, run_dub
+from fasttts_cli.job import DubOptions, GuardBand, OutputPaths, format_ranges, resolve_outputs
+from fasttts_cli.pipeline import run_dub
 from fasttts_cli.synthesizer import EmotionSpec, SynthRequest, SynthResult, Voice
 
 SR = 24000
@@ -213,7 +214,7 @@ def test_output_naming(tmp_path: Path):
 
 
 def test_ranges():
-    assert _ranges([7, 1, 2, 3, 9, 10]) == "1-3, 7, 9-10"
+    assert format_ranges([7, 1, 2, 3, 9, 10]) == "1-3, 7, 9-10"
 
 
 def test_progress_events(job: DubOptions, tmp_path: Path):

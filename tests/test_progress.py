@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from fasttts_cli import pipeline
-from fasttts_cli.pipeline import DubOptions, SynthOptions, run_dub, synth_one
+from fasttts_cli import assembly
+from fasttts_cli.pipeline import DubOptions, run_dub
 from fasttts_cli.progress import QUIET, STAGE_PROGRESS_INTERVAL, Reporter
+from fasttts_cli.single_line import SynthOptions, synth_one
 from fasttts_cli.synthesizer import SynthRequest, SynthResult, deliver, synthesize_rows
 from tests.test_pipeline import SCRIPT, FakeSynth
 
@@ -134,7 +135,7 @@ def test_a_failing_callback_is_not_taken_for_a_failing_line():
 
 
 def test_stage_progress_reaches_total_for_every_assembly_stage(job, tmp_path, monkeypatch):
-    monkeypatch.setattr(pipeline, "ASSEMBLY_BLOCK", 4800)  # 0.1 s blocks: ~80 of them
+    monkeypatch.setattr(assembly, "ASSEMBLY_BLOCK", 4800)  # 0.1 s blocks: ~80 of them
     monkeypatch.setattr("fasttts_cli.progress.STAGE_PROGRESS_INTERVAL", 0.0)  # every event gets through
     events = tmp_path / "ev.jsonl"
     rep = Reporter(verbosity=QUIET, jsonl=str(events))
