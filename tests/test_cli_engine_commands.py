@@ -204,24 +204,27 @@ def test_doctor_warns_about_a_random_engine(tiny_engine_dir: Path, monkeypatch: 
     assert len(rows) == 1 and rows[0].status == "warn" and RANDOM_WARNING in rows[0].detail
 
 
+def _demo_dub(engine: Path, out: Path) -> list[str]:
+    """README's tiny-engine dub of the demo (its --video added by the caller that needs it)."""
+    voices = ["--voice", f"ALICE={ALICE}", "--voice", f"BOB={SAMPLES / 'voices' / 'bob.wav'}"]
+    return [
+        "dub",
+        str(SAMPLES / "demo.tsv"),
+        *voices,
+        "--lang",
+        "eng",
+        "--engine",
+        str(engine),
+        "--output-dir",
+        str(out),
+        "--json",
+    ]
+
+
 def test_dry_run_reports_random_weights(
     tiny_engine_dir: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    code, r = run(
-        capsys,
-        "dub",
-        str(SAMPLES / "demo.tsv"),
-        "--voice",
-        f"ALICE={ALICE}",
-        "--voice",
-        f"BOB={SAMPLES / 'voices' / 'bob.wav'}",
-        "--engine",
-        str(tiny_engine_dir),
-        "--output-dir",
-        str(tmp_path),
-        "--dry-run",
-        "--json",
-    )
+    code, r = run(capsys, *_demo_dub(tiny_engine_dir, tmp_path), "--dry-run")
     assert code == 0 and r["engine"]["random_weights"] is True
 
 
@@ -229,24 +232,7 @@ def test_dry_run_reports_random_weights(
 def test_the_readme_tiny_engine_dub_of_the_demo_exits_0(
     tiny_engine_dir: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    code, r = run(
-        capsys,
-        "dub",
-        str(SAMPLES / "demo.tsv"),
-        "--voice",
-        f"ALICE={ALICE}",
-        "--voice",
-        f"BOB={SAMPLES / 'voices' / 'bob.wav'}",
-        "--video",
-        str(SAMPLES / "demo.mp4"),
-        "--lang",
-        "eng",
-        "--engine",
-        str(tiny_engine_dir),
-        "--output-dir",
-        str(tmp_path),
-        "--json",
-    )
+    code, r = run(capsys, *_demo_dub(tiny_engine_dir, tmp_path), "--video", str(SAMPLES / "demo.mp4"))
     assert code == 0, r
     assert r["engine"]["random_weights"] is True and r["engine"]["clones_voice"] is False
     assert any(RANDOM_WARNING in w for w in r["warnings"])

@@ -16,7 +16,7 @@ import pytest
 from fasttts_cli.build.release_layout import MAIN_REPO, default_hub, find_layout, repo_folder
 from fasttts_cli.cli import main
 from fasttts_cli.download import auxiliary_files, download_release, main_files
-from tests.hf_hub_fake import REV, hub_add, release_sources
+from tests.hf_hub_fake import MAIN_FILES, REV, hub_add, release_sources
 from tests.parity import CACHE
 
 hf = pytest.importorskip("huggingface_hub")
@@ -27,28 +27,14 @@ from fasttts_cli.build.config import load_config  # noqa: E402
 from fasttts_cli.build.tiny import ensure_tiny_checkpoint  # noqa: E402
 
 EXPECTED = {
-    MAIN_REPO: {
-        "config.yaml",
-        "gpt.pth",
-        "s2mel.pth",
-        "bpe.model",
-        "wav2vec2bert_stats.pt",
-        "feat1.pt",
-        "feat2.pt",
-    },
+    MAIN_REPO: set(MAIN_FILES),
     "facebook/w2v-bert-2.0": {"config.json", "model.safetensors"},
     "amphion/MaskGCT": {"semantic_codec/model.safetensors"},
     "funasr/campplus": {"campplus_cn_common.bin"},
     "nvidia/bigvgan_v2_22khz_80band_256x": {"config.json", "bigvgan_generator.pt"},
 }
 LAYOUT = {
-    "config.yaml",
-    "gpt.pth",
-    "s2mel.pth",
-    "bpe.model",
-    "wav2vec2bert_stats.pt",
-    "feat1.pt",
-    "feat2.pt",
+    *MAIN_FILES,
     "hf_cache/w2v-bert-2.0/config.json",
     "hf_cache/w2v-bert-2.0/model.safetensors",
     "hf_cache/semantic_codec_model.safetensors",

@@ -15,7 +15,6 @@ import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import numpy as np
 import pytest
 import soundfile as sf
 
@@ -24,7 +23,7 @@ from fasttts_cli.cache import LineCache
 from fasttts_cli.cli import main
 from fasttts_cli.ffmpeg import run_ffmpeg
 from fasttts_cli.partials import os_error_message, parse_partial
-from tests.test_pipeline import SCRIPT, FakeSynth
+from tests.test_pipeline import FakeSynth, write_job_folder
 
 
 def _try_mount(target: Path, opts: str) -> str | None:
@@ -61,10 +60,7 @@ def remount(target: Path, size: str) -> None:
 
 @pytest.fixture()
 def folder(tmp_path: Path) -> Path:
-    (tmp_path / "ep.tsv").write_text(SCRIPT, encoding="utf-8")
-    for n in ("a.wav", "b.wav"):
-        sf.write(tmp_path / n, np.zeros(10, dtype=np.float32), 16000)
-    return tmp_path
+    return write_job_folder(tmp_path)
 
 
 def dub(capsys, monkeypatch, folder: Path, *extra: object) -> tuple[int, str, str, FakeSynth]:

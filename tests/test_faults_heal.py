@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import soundfile as sf
 
 from fasttts_cli import assembly, pipeline
 from fasttts_cli.cache import LineCache, audio_checksum, check_hits
@@ -16,23 +15,14 @@ from fasttts_cli.cli import main
 from fasttts_cli.errors import FastTTSError
 from fasttts_cli.pipeline import DubOptions, run_dub
 from fasttts_cli.progress import QUIET, Reporter
-from tests.test_pipeline import SCRIPT, FakeSynth
+from tests.test_pipeline import FakeSynth, make_job
 
 LINE2 = "Second line, a bit longer."
 
 
 @pytest.fixture()
 def job(tmp_path: Path) -> DubOptions:
-    script = tmp_path / "ep.tsv"
-    script.write_text(SCRIPT, encoding="utf-8")
-    for n in ("a.wav", "b.wav"):
-        sf.write(tmp_path / n, np.zeros(10, dtype=np.float32), 16000)
-    return DubOptions(
-        script=script,
-        voices=[f"A={tmp_path / 'a.wav'}", f"B={tmp_path / 'b.wav'}"],
-        lang="eng",
-        output_dir=tmp_path / "out",
-    )
+    return make_job(tmp_path)
 
 
 def _entry_of(res, index: int) -> tuple[Path, Path]:

@@ -20,7 +20,7 @@ from fasttts_cli.blockio import AudioFileWriter
 from fasttts_cli.errors import UsageError
 from fasttts_cli.partials import parse_partial, partial_path, sweep_partials
 from fasttts_cli.worklock import OWNER_NAME, hold_work_dir, read_owner
-from tests.test_pipeline import SCRIPT
+from tests.test_pipeline import write_job_folder
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -49,10 +49,7 @@ main(sys.argv[1:])
 
 @pytest.fixture()
 def folder(tmp_path: Path) -> Path:
-    (tmp_path / "ep.tsv").write_text(SCRIPT, encoding="utf-8")
-    for n in ("a.wav", "b.wav"):
-        sf.write(tmp_path / n, np.zeros(10, dtype=np.float32), 16000)
-    return tmp_path
+    return write_job_folder(tmp_path)
 
 
 def _dub(

@@ -73,18 +73,29 @@ SCRIPT = """start\tend\tspeaker\ttext
 """
 
 
+def write_job_folder(folder: Path) -> Path:
+    """`ep.tsv` (SCRIPT) and the two voices A and B in `folder` (the fake never reads the voices)."""
+    (folder / "ep.tsv").write_text(SCRIPT, encoding="utf-8")
+    for n in ("a.wav", "b.wav"):
+        sf.write(folder / n, np.zeros(10, dtype=np.float32), 16000)
+    return folder
+
+
+def make_job(folder: Path, **options) -> DubOptions:
+    """The three-line job over write_job_folder's files, output in `folder/out`."""
+    write_job_folder(folder)
+    return DubOptions(
+        script=folder / "ep.tsv",
+        voices=[f"A={folder / 'a.wav'}", f"B={folder / 'b.wav'}"],
+        lang="eng",
+        output_dir=folder / "out",
+        **options,
+    )
+
+
 @pytest.fixture()
 def job(tmp_path: Path) -> DubOptions:
-    script = tmp_path / "ep.tsv"
-    script.write_text(SCRIPT, encoding="utf-8")
-    for n in ("a.wav", "b.wav"):
-        sf.write(tmp_path / n, np.zeros(10, dtype=np.float32), 16000)  # the fake never reads them
-    return DubOptions(
-        script=script,
-        voices=[f"A={tmp_path / 'a.wav'}", f"B={tmp_path / 'b.wav'}"],
-        lang="eng",
-        output_dir=tmp_path / "out",
-    )
+    return make_job(tmp_path)
 
 
 def _report(res) -> dict:

@@ -17,7 +17,7 @@ from fasttts_cli.pipeline import DubOptions, run_dub
 from fasttts_cli.progress import QUIET, STAGE_PROGRESS_INTERVAL, Reporter
 from fasttts_cli.single_line import SynthOptions, synth_one
 from fasttts_cli.synthesizer import SynthRequest, SynthResult, deliver, synthesize_rows
-from tests.test_pipeline import SCRIPT, FakeSynth
+from tests.test_pipeline import FakeSynth, make_job
 
 
 class RowFake(FakeSynth):
@@ -51,17 +51,7 @@ class LogReporter(Reporter):
 
 @pytest.fixture()
 def job(tmp_path: Path) -> DubOptions:
-    script = tmp_path / "ep.tsv"
-    script.write_text(SCRIPT, encoding="utf-8")
-    for n in ("a.wav", "b.wav"):
-        sf.write(tmp_path / n, np.zeros(10, dtype=np.float32), 16000)
-    return DubOptions(
-        script=script,
-        voices=[f"A={tmp_path / 'a.wav'}", f"B={tmp_path / 'b.wav'}"],
-        lang="eng",
-        output_dir=tmp_path / "out",
-        batch_size=8,
-    )
+    return make_job(tmp_path, batch_size=8)
 
 
 def _events(path: Path) -> list[dict]:
