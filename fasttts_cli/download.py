@@ -23,6 +23,7 @@ from typing import Any
 
 from fasttts_cli.build.release_layout import AUX_MODELS, MAIN_REPO
 from fasttts_cli.errors import FastTTSError, InputError, MissingDependencyError, UsageError
+from fasttts_cli.partials import partial_path
 
 MODELS = ("indextts2",)
 INSTALL_HINT = "pip install 'fasttts-cli[download]'  (or: pip install 'huggingface_hub>=0.24')"
@@ -185,8 +186,7 @@ def _place(cached: Path, target: Path) -> str:
     """Hard-link (same file system) or copy a cached file to `target`, complete or not at all."""
     src = cached.resolve()  # snapshots/<rev>/<file> is a symlink into blobs/
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.partial-{os.getpid()}")
-    tmp.unlink(missing_ok=True)
+    tmp = partial_path(target)  # the one partial-name scheme: unique per run, swept after a kill
     try:
         try:
             os.link(src, tmp)

@@ -8,7 +8,8 @@ import subprocess
 import sys
 
 from fasttts_cli import gpu_stack
-from fasttts_cli.cli import _HERE, _hoist_global_flags
+from fasttts_cli.cli import _hoist_global_flags
+from fasttts_cli.cli_engines import _HERE
 from fasttts_cli.presets import load_preset
 
 
