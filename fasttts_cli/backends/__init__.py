@@ -1,0 +1,1 @@
+"""Backends: how each stage runs (ONNX Runtime CPU/CUDA, TensorRT, TensorRT-LLM, PyTorch), one registry."""
