@@ -1,8 +1,9 @@
 """UnifiedVoice (IndexTTS-2's GPT) -> a TensorRT-LLM 1.2 GPT checkpoint (`config.json` + `rank0.safetensors`).
 
-numpy only: no torch, no tensorrt_llm, no fasttts imports at module level, so this file also runs as a
-script inside the separate Python 3.12 TensorRT-LLM environment (`finalize` and `build`, below; those
-two and `model_class` need tensorrt_llm and have NOT been run: no GPU or TensorRT-LLM here).
+numpy only at module level (it imports only numpy-only modules of `backends/tensorrt_llm/`), so this
+file also runs as a script inside the separate Python 3.12 TensorRT-LLM environment: `finalize` and
+`build` (below; `backends/tensorrt_llm/architecture.py` holds them) need tensorrt_llm; in CI they run
+against the fake library `tools/fakes/trtllm.py`, not yet against the real one.
 
 A stock GPT-2 engine cannot run UnifiedVoice as is; four adaptations make it fit (DESIGN.md §4):
 
@@ -45,7 +46,6 @@ from __future__ import annotations
 
 import json
 import os
-import struct
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -54,10 +54,30 @@ from typing import Any
 
 import numpy as np
 
-ARCHITECTURE = "IndexTTS2GPTForCausalLM"
-MASKED_LOGIT = -1.0e4  # logit of the text ids in the merged head (finite in fp16 and bf16)
-CONFIG_FILE = "config.json"
-WEIGHTS_FILE = "rank0.safetensors"
+if __package__ in (None, ""):  # run as a script path in TensorRT-LLM's environment: find the package
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
+
+from fasttts_cli.backends.tensorrt_llm import gpt2_numpy  # numpy only, like everything imported here
+from fasttts_cli.backends.tensorrt_llm.architecture import (  # noqa: F401  (the build side's names)
+    WEIGHT_ONLY_SUFFIXES as _WEIGHT_ONLY_SUFFIXES,
+)
+from fasttts_cli.backends.tensorrt_llm.architecture import build_engine_cli, finalize, model_class
+from fasttts_cli.backends.tensorrt_llm.names import ARCHITECTURE, CONFIG_FILE, MASKED_LOGIT, WEIGHTS_FILE
+from fasttts_cli.backends.tensorrt_llm.safetensors_io import read_safetensors, write_safetensors
+
+layer_norm = gpt2_numpy.layer_norm
+gelu_new = gpt2_numpy.gelu_new
+__all__ = [
+    "ARCHITECTURE",
+    "CONFIG_FILE",
+    "MASKED_LOGIT",
+    "WEIGHTS_FILE",
+    "build_engine_cli",
+    "finalize",
+    "model_class",
+    "read_safetensors",
+    "write_safetensors",
+]
 QUANT_ALGOS = {"fp16": None, "bf16": None, "fp32": None, "w8a16": "W8A16", "w4a16": "W4A16"}
 DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32", "w8a16": "float16", "w4a16": "float16"}
 
@@ -145,16 +165,9 @@ class MergedLayout:
         )
 
     def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
-        d.update(
-            vocab_size=self.vocab_size,
-            text_offset=self.text_offset,
-            text_pos_offset=self.text_pos_offset,
-            zero_position=self.zero_position,
-            output_vocab_size=self.n_mel,
-            prompt_vocab_size=self.n_conds,
-        )
-        return d
+        derived = ("vocab_size", "text_offset", "text_pos_offset", "zero_position")
+        out = {**asdict(self), **{k: getattr(self, k) for k in derived}}
+        return {**out, "output_vocab_size": self.n_mel, "prompt_vocab_size": self.n_conds}
 
 
 def merged_tables(state: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -218,6 +231,17 @@ def emulate_inputs(
 # ------------------------------------------------------------------------------------------ weights
 
 
+# (TensorRT-LLM name, gpt.pth name, HF Conv1D whose weight is stored (in, out)) of each block's tensors
+_LAYER_NAMES = (
+    ("input_layernorm", "ln_1", False),
+    ("attention.qkv", "attn.c_attn", True),
+    ("attention.dense", "attn.c_proj", True),
+    ("post_layernorm", "ln_2", False),
+    ("mlp.fc", "mlp.c_fc", True),
+    ("mlp.proj", "mlp.c_proj", True),
+)
+
+
 def _t(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(np.asarray(a, dtype=np.float32).T)
 
@@ -235,18 +259,10 @@ def convert_weights(state: Mapping[str, np.ndarray], layers: int) -> dict[str, n
     }
     for i in range(layers):
         src, dst = f"gpt.h.{i}", f"transformer.layers.{i}"
-        w[f"{dst}.input_layernorm.weight"] = state[f"{src}.ln_1.weight"]
-        w[f"{dst}.input_layernorm.bias"] = state[f"{src}.ln_1.bias"]
-        w[f"{dst}.attention.qkv.weight"] = _t(state[f"{src}.attn.c_attn.weight"])
-        w[f"{dst}.attention.qkv.bias"] = state[f"{src}.attn.c_attn.bias"]
-        w[f"{dst}.attention.dense.weight"] = _t(state[f"{src}.attn.c_proj.weight"])
-        w[f"{dst}.attention.dense.bias"] = state[f"{src}.attn.c_proj.bias"]
-        w[f"{dst}.post_layernorm.weight"] = state[f"{src}.ln_2.weight"]
-        w[f"{dst}.post_layernorm.bias"] = state[f"{src}.ln_2.bias"]
-        w[f"{dst}.mlp.fc.weight"] = _t(state[f"{src}.mlp.c_fc.weight"])
-        w[f"{dst}.mlp.fc.bias"] = state[f"{src}.mlp.c_fc.bias"]
-        w[f"{dst}.mlp.proj.weight"] = _t(state[f"{src}.mlp.c_proj.weight"])
-        w[f"{dst}.mlp.proj.bias"] = state[f"{src}.mlp.c_proj.bias"]
+        for ours, theirs, conv1d in _LAYER_NAMES:
+            for kind in ("weight", "bias"):
+                a = state[f"{src}.{theirs}.{kind}"]
+                w[f"{dst}.{ours}.{kind}"] = _t(a) if conv1d and kind == "weight" else a
     w["transformer.ln_f.weight"] = state["gpt.ln_f.weight"]
     w["transformer.ln_f.bias"] = state["gpt.ln_f.bias"]
     w["transformer.ln_f.final_norm.weight"] = state["final_norm.weight"]
@@ -331,71 +347,6 @@ def make_config(
     }
 
 
-# ------------------------------------------------------------------------------------------ safetensors
-
-_ST_DTYPES = {np.dtype(np.float32): "F32", np.dtype(np.float16): "F16", np.dtype(np.int8): "I8"}
-
-
-def _to_bf16_bits(a: np.ndarray) -> np.ndarray:
-    """float32 -> bfloat16 bit patterns (uint16), round to nearest even; NaN stays NaN."""
-    u = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
-    rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
-    return np.where(np.isnan(a), 0x7FC0, rounded).astype(np.uint16)
-
-
-def write_safetensors(path: Path, tensors: Mapping[str, np.ndarray], *, dtype: str = "float16") -> None:
-    """Write a .safetensors file (8-byte header length, JSON header, raw little-endian data), casting
-    float tensors to `dtype` (float32|float16|bfloat16). Written atomically."""
-    header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
-    blobs = []
-    off = 0
-    for name in sorted(tensors):
-        a = np.asarray(tensors[name])
-        if np.issubdtype(a.dtype, np.floating):
-            if dtype == "bfloat16":
-                a, code = _to_bf16_bits(a), "BF16"
-            else:
-                a = a.astype(np.float16 if dtype == "float16" else np.float32)
-                code = _ST_DTYPES[a.dtype]
-        else:
-            code = _ST_DTYPES.get(a.dtype)
-            if code is None:
-                raise ValueError(f"{name}: dtype {a.dtype} is not supported")
-        raw = np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<"), copy=False).tobytes()
-        header[name] = {"dtype": code, "shape": list(a.shape), "data_offsets": [off, off + len(raw)]}
-        blobs.append(raw)
-        off += len(raw)
-    hb = json.dumps(header, separators=(",", ":")).encode()
-    hb += b" " * (-len(hb) % 8)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(struct.pack("<Q", len(hb)))
-        f.write(hb)
-        for raw in blobs:
-            f.write(raw)
-    os.replace(tmp, path)
-
-
-def read_safetensors(path: Path) -> dict[str, np.ndarray]:
-    """Read back (float32 for BF16); for tests and for `finalize`."""
-    data = Path(path).read_bytes()
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8 : 8 + n])
-    base = 8 + n
-    out = {}
-    kinds = {"F32": np.float32, "F16": np.float16, "I8": np.int8, "BF16": np.uint16}
-    for name, h in header.items():
-        if name == "__metadata__":
-            continue
-        b, e = h["data_offsets"]
-        a = np.frombuffer(data[base + b : base + e], dtype=np.dtype(kinds[h["dtype"]]).newbyteorder("<"))
-        a = a.reshape(h["shape"])
-        if h["dtype"] == "BF16":
-            a = (a.astype(np.uint32) << 16).view(np.float32)
-        out[name] = a
-    return out
-
-
 # ------------------------------------------------------------------------------------------ checkpoint
 
 
@@ -450,50 +401,14 @@ def state_from_gpt_pth(path: Path | str) -> dict[str, np.ndarray]:
 # ------------------------------------------------------------------------------------------ reference
 
 
-def layer_norm(x: np.ndarray, g: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
-    mu = x.mean(-1, keepdims=True)
-    var = ((x - mu) ** 2).mean(-1, keepdims=True)
-    return (x - mu) / np.sqrt(var + eps) * g + b
-
-
-def gelu_new(x: np.ndarray) -> np.ndarray:
-    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3)))
-
-
 def reference_forward(
     weights: Mapping[str, np.ndarray], config: Mapping[str, Any], inputs_embeds: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """What the engine computes, in float64 numpy, from the converted checkpoint: causal GPT-2 blocks,
-    ln_f, final_norm, biased head. inputs_embeds (T, D) -> (hidden after both norms (T, D),
-    logits (T, vocab_size); the mel codes are the first output_vocab_size columns)."""
-    eps = float(config["norm_epsilon"])
-    heads = int(config["num_attention_heads"])
-    x = np.asarray(inputs_embeds, dtype=np.float64)
-    t, d = x.shape
-    dh = d // heads
-    causal = np.tril(np.ones((t, t), dtype=bool))
-
-    def w(name: str) -> np.ndarray:
-        return np.asarray(weights[name], dtype=np.float64)
-
-    for i in range(int(config["num_hidden_layers"])):
-        p = f"transformer.layers.{i}"
-        h = layer_norm(x, w(f"{p}.input_layernorm.weight"), w(f"{p}.input_layernorm.bias"), eps)
-        qkv = h @ w(f"{p}.attention.qkv.weight").T + w(f"{p}.attention.qkv.bias")
-        q, k, v = (qkv[:, j * d : (j + 1) * d].reshape(t, heads, dh).transpose(1, 0, 2) for j in range(3))
-        s = q @ k.transpose(0, 2, 1) / np.sqrt(dh) * (1.0 / float(config.get("q_scaling", 1.0)))
-        s = np.where(causal, s, -np.inf)
-        s = np.exp(s - s.max(-1, keepdims=True))
-        a = (s / s.sum(-1, keepdims=True)) @ v
-        a = a.transpose(1, 0, 2).reshape(t, d)
-        x = x + a @ w(f"{p}.attention.dense.weight").T + w(f"{p}.attention.dense.bias")
-        h = layer_norm(x, w(f"{p}.post_layernorm.weight"), w(f"{p}.post_layernorm.bias"), eps)
-        f = gelu_new(h @ w(f"{p}.mlp.fc.weight").T + w(f"{p}.mlp.fc.bias"))
-        x = x + f @ w(f"{p}.mlp.proj.weight").T + w(f"{p}.mlp.proj.bias")
-    x = layer_norm(x, w("transformer.ln_f.weight"), w("transformer.ln_f.bias"), eps)
-    x = layer_norm(x, w("transformer.ln_f.final_norm.weight"), w("transformer.ln_f.final_norm.bias"), eps)
-    logits = x @ w("lm_head.weight").T + w("lm_head.bias")
-    return x, logits
+    """What the engine computes, in float64 numpy, from the converted checkpoint (`gpt2_numpy.forward`,
+    one causal pass): inputs_embeds (T, D) -> (hidden after both norms (T, D), logits (T, vocab_size);
+    the mel codes are the first output_vocab_size columns)."""
+    hidden, logits, _ = gpt2_numpy.forward(weights, config, np.asarray(inputs_embeds)[None])
+    return hidden[0], logits[0]
 
 
 def emulate_weight_only(w: np.ndarray, bits: int) -> np.ndarray:
@@ -504,102 +419,6 @@ def emulate_weight_only(w: np.ndarray, bits: int) -> np.ndarray:
     scale = np.abs(a).max(axis=1, keepdims=True) / qmax
     scale = np.where(scale > 0, scale, 1.0)
     return (np.clip(np.round(a / scale), -qmax - 1, qmax) * scale).astype(np.float32)
-
-
-# ------------------------------------------------------------------------------------------ finalize
-
-_WEIGHT_ONLY = ("attention.qkv", "attention.dense", "mlp.fc", "mlp.proj")
-# The GEMM weights TensorRT-LLM's weight-only quantization covers (not embeddings, norms or lm_head).
-_WEIGHT_ONLY_SUFFIXES = tuple(f".{k}.weight" for k in _WEIGHT_ONLY)
-
-
-def finalize(ckpt_dir: Path | str) -> None:  # pragma: no cover - needs tensorrt_llm (GPU environment)
-    """Run inside the TensorRT-LLM environment: quantize the GEMM weights for W8A16/W4A16 with
-    TensorRT-LLM's own per-channel quantizer + kernel layout, exactly as its GPT converter does."""
-    import tensorrt_llm  # noqa: F401  (registers torch.ops.trtllm)
-    import torch
-
-    d = Path(ckpt_dir)
-    cfg = json.loads((d / CONFIG_FILE).read_text(encoding="utf-8"))
-    algo = cfg["quantization"]["quant_algo"]
-    if algo is None or cfg["indextts2"].get("weights_finalized"):
-        return
-    qtype = {"W8A16": torch.int8, "W4A16": torch.quint4x2}[algo]
-    src = read_safetensors(d / WEIGHTS_FILE)
-    out = {}
-    for name, a in src.items():
-        t = torch.from_numpy(np.array(a, dtype=np.float32)).to(torch.float16)
-        if name.endswith(_WEIGHT_ONLY_SUFFIXES):
-            prefix = name[: -len(".weight")]
-            q, scale = torch.ops.trtllm.symmetric_quantize_last_axis_of_batched_matrix(
-                t.t().contiguous(), qtype
-            )
-            out[f"{prefix}.weight"] = q
-            out[f"{prefix}.per_channel_scale"] = scale
-        else:
-            out[name] = t
-    from safetensors.torch import save_file
-
-    save_file(out, str(d / (WEIGHTS_FILE + ".tmp")))
-    os.replace(d / (WEIGHTS_FILE + ".tmp"), d / WEIGHTS_FILE)
-    cfg["indextts2"]["weights_finalized"] = True
-    (d / CONFIG_FILE).write_text(json.dumps(cfg, indent=2), encoding="utf-8")
-
-
-def model_class() -> type:  # pragma: no cover - needs tensorrt_llm (GPU environment); NOT yet run
-    """IndexTTS2GPTForCausalLM for TensorRT-LLM 1.2's engine backend, built on its GPTForCausalLM:
-    ln_f becomes LayerNorm -> final_norm (child `final_norm`, checkpoint `transformer.ln_f.final_norm.*`)
-    and marks the result as `last_hidden_state` (the latent; build with --gather_context_logits so the
-    context pass returns every position); the head gets a bias. Everything else (prompt table, learned
-    positions fed by our position_ids, GPT-2 blocks, weight-only W8A16/W4A16) is the stock model.
-    Register it before building: `tensorrt_llm.models.MODEL_MAP[ARCHITECTURE] = model_class()`."""
-    from tensorrt_llm.layers import ColumnLinear, LayerNorm
-    from tensorrt_llm.models.gpt.model import GPTForCausalLM
-
-    class _TwoNorms(LayerNorm):
-        def __init__(self, hidden: int, eps: float, dtype: Any) -> None:
-            super().__init__(normalized_shape=hidden, eps=eps, dtype=dtype)
-            self.final_norm = LayerNorm(normalized_shape=hidden, eps=eps, dtype=dtype)
-
-        def forward(self, x: Any) -> Any:
-            h = self.final_norm(super().forward(x))
-            h.mark_output("last_hidden_state", self.dtype)
-            return h
-
-    class IndexTTS2GPTForCausalLM(GPTForCausalLM):
-        def __init__(self, config: Any) -> None:
-            super().__init__(config)
-            self.transformer.ln_f = _TwoNorms(config.hidden_size, config.norm_epsilon, config.dtype)
-            if self.lm_head is not None:
-                self.lm_head = ColumnLinear(
-                    config.hidden_size,
-                    self.lm_head.out_features * config.mapping.tp_size,
-                    bias=True,
-                    dtype=config.dtype,
-                    tp_group=config.mapping.tp_group,
-                    tp_size=config.mapping.tp_size,
-                    gather_output=True,
-                )
-
-    return IndexTTS2GPTForCausalLM
-
-
-def build_engine_cli(ckpt_dir: str, out_dir: str, *extra: str) -> None:  # pragma: no cover - NOT yet run
-    """`trtllm-build` with our architecture registered. extra: further trtllm-build flags; the prompt
-    table size defaults to max_batch_size * n_conds."""
-    import tensorrt_llm.models as models
-    from tensorrt_llm.commands import build
-
-    cfg = json.loads((Path(ckpt_dir) / CONFIG_FILE).read_text(encoding="utf-8"))
-    models.MODEL_MAP[ARCHITECTURE] = model_class()
-    args = ["--checkpoint_dir", ckpt_dir, "--output_dir", out_dir, *extra]
-    if "--max_prompt_embedding_table_size" not in extra:
-        batch = int(extra[extra.index("--max_batch_size") + 1]) if "--max_batch_size" in extra else 8
-        args += ["--max_prompt_embedding_table_size", str(batch * cfg["indextts2"]["n_conds"])]
-    if "--max_beam_width" not in extra:
-        args += ["--max_beam_width", str(cfg["indextts2"]["max_beam_width"])]
-    sys.argv = ["trtllm-build", *args]
-    build.main()
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,0 +1,1 @@
+"""TensorRT-LLM backend: the GPT worker (protocol, reference and engine sessions) and its build side."""
