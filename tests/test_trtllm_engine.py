@@ -118,7 +118,7 @@ def test_build_runs_finalize_then_trtllm_build(
     assert Path(calls[0][0]).name == "trtllm_convert.py" and calls[0][2] == calls[1][2]
     flags = calls[1][4:]
     opt = dict(zip(flags[::2], flags[1::2], strict=True))
-    assert opt["--paged_kv_cache"] == "disable" and opt["--remove_input_padding"] == "enable"
+    assert opt["--kv_cache_type"] == "continuous" and opt["--remove_input_padding"] == "enable"
     assert opt["--max_beam_width"] == "1"
     cfg = json.loads((out / "gpt_trtllm" / "checkpoint" / tc.CONFIG_FILE).read_text(encoding="utf-8"))
     lay = cfg["indextts2"]

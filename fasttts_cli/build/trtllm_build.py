@@ -82,7 +82,8 @@ class GptSizes:
 
 
 def engine_flags(layout: tc.MergedLayout, limits: Limits, comp: ComponentSpec) -> list[str]:
-    """trtllm-build flags for the worker's TrtllmBackend (its docstring says why each is needed).
+    """trtllm-build flags for the worker's TrtllmBackend (backends/tensorrt_llm/session.py says why each
+    is needed; `--kv_cache_type` takes continuous, paged or disabled in tensorrt_llm 1.2's build command).
 
     Beams are batch rows to our worker (it samples, TensorRT-LLM runs greedy), so the engine's batch is
     the preset's lines times its beam width and `--max_beam_width` stays 1. The longest context is the
@@ -94,7 +95,7 @@ def engine_flags(layout: tc.MergedLayout, limits: Limits, comp: ComponentSpec) -
         "--gpt_attention_plugin", "auto",
         "--gemm_plugin", "auto",
         "--remove_input_padding", "enable",
-        "--paged_kv_cache", "disable",
+        "--kv_cache_type", "continuous",  # not the deprecated --paged_kv_cache disable
         "--max_beam_width", "1",
         "--max_batch_size", str(rows),
         "--max_input_len", str(longest),

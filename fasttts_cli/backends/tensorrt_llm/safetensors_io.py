@@ -59,7 +59,11 @@ def write_safetensors(path: Path, tensors: Mapping[str, np.ndarray], *, dtype: s
 
 def read_safetensors(path: Path) -> dict[str, np.ndarray]:
     """Read back (float32 for BF16); for tests and for `finalize`."""
-    data = Path(path).read_bytes()
+    return parse_safetensors(Path(path).read_bytes())
+
+
+def parse_safetensors(data: bytes) -> dict[str, np.ndarray]:
+    """The tensors of a .safetensors file's bytes (float32 for BF16)."""
     (n,) = struct.unpack("<Q", data[:8])
     header = json.loads(data[8 : 8 + n])
     base = 8 + n
