@@ -105,7 +105,7 @@ def engine_flags(layout: tc.MergedLayout, limits: Limits, comp: ComponentSpec) -
     ]  # fmt: skip
 
 
-def _run(cmd: list[str], what: str, say: Callable[[str], None]) -> None:
+def run_tool(cmd: list[str], what: str, say: Callable[[str], None]) -> None:
     say(what)
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
     if proc.returncode != 0:
@@ -155,8 +155,8 @@ def build_gpt(
         shutil.rmtree(quantized, ignore_errors=True)
         shutil.copytree(ckpt, quantized)
         try:
-            _run([py, str(_CONVERT_SCRIPT), "finalize", str(quantized)], "finalizing weights", say)
-            _run(
+            run_tool([py, str(_CONVERT_SCRIPT), "finalize", str(quantized)], "finalizing weights", say)
+            run_tool(
                 [
                     py,
                     str(_CONVERT_SCRIPT),

@@ -23,7 +23,6 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from fasttts_cli.tools.fakes import trtllm_build as fb
-from fasttts_cli.tools.fakes import trtllm_runtime as fr
 from fasttts_cli.tools.fakes import trtllm_types as ft
 
 _MODULES = (
@@ -40,6 +39,15 @@ _MODULES = (
     "tensorrt_llm.commands",
     "tensorrt_llm.commands.build",
 )
+
+
+def _lazy_session(name: str) -> object:
+    """GenerationSession on first use: the session needs torch, the fake build and finalize do not."""
+    if name == "GenerationSession":
+        from fasttts_cli.tools.fakes.trtllm_runtime import GenerationSession
+
+        return GenerationSession
+    raise AttributeError(name)
 
 
 def _module_tree() -> dict[str, types.ModuleType]:
@@ -63,14 +71,15 @@ def _module_tree() -> dict[str, types.ModuleType]:
         },
     }
     runtime = {
-        "GenerationSession": fr.GenerationSession,
         "SamplingConfig": ft.SamplingConfig,
         "ModelConfig": ft.ModelConfig,
         "RuntimeTensor": ft.RuntimeTensor,
         "KVCacheType": ft.KVCacheType,
     }
     contents["tensorrt_llm.runtime"] = runtime
-    contents["tensorrt_llm.runtime.generation"] = runtime
+    contents["tensorrt_llm.runtime.generation"] = dict(runtime)
+    for name in ("tensorrt_llm.runtime", "tensorrt_llm.runtime.generation"):
+        mods[name].__getattr__ = _lazy_session  # type: ignore[attr-defined]  (PEP 562)
     for name, attrs in contents.items():
         for key, value in attrs.items():
             setattr(mods[name], key, value)

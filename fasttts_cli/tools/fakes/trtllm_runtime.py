@@ -27,7 +27,6 @@ import numpy as np
 import torch
 
 from fasttts_cli.tools.fakes.trtllm_types import (
-    _TORCH,
     KVCacheType,
     ModelConfig,
     RuntimeTensor,
@@ -36,6 +35,8 @@ from fasttts_cli.tools.fakes.trtllm_types import (
     engine_io_names,
     parse_engine,
 )
+
+_TORCH = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
 class GenerationSession:

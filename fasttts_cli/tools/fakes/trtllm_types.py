@@ -9,15 +9,16 @@ import json
 import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # torch only where tensors are made: the fake build runs without it
+    import torch
 
 import numpy as np
-import torch
 
 from fasttts_cli.backends.tensorrt_llm.safetensors_io import parse_safetensors, write_safetensors
 
 ENGINE_MAGIC = b"FAKE-TRTLLM-ENGINE1"
-_TORCH = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
 class KVCacheType(enum.StrEnum):
