@@ -42,17 +42,9 @@ from typing import Any
 
 import numpy as np
 
+from fasttts_cli.backends.tensorrt_llm import protocol
 from fasttts_cli.backends.tensorrt_llm.architecture import register_architecture
-from fasttts_cli.backends.tensorrt_llm.protocol import (
-    Channel,
-    EngineError,
-    Frame,
-    GenState,
-    Lines,
-    RequestError,
-    layout_from_config,
-    line_inputs,
-)
+from fasttts_cli.backends.tensorrt_llm.protocol import Channel, EngineError, Frame, Lines, RequestError
 from fasttts_cli.build import trtllm_convert as tc
 
 FORCED_LOGIT = -1e4  # every other logit of a forced step: greedy decoding then picks exactly our token
@@ -111,10 +103,10 @@ class TrtllmBackend:
         pretrained = engine.config.pretrained_config
         cfg = pretrained.to_dict() if hasattr(pretrained, "to_dict") else dict(vars(pretrained))
         try:
-            self.layout = layout_from_config({"pretrained_config": cfg}, engine_dir)
+            self.layout = protocol.layout_from_config({"pretrained_config": cfg}, engine_dir)
         except EngineError:  # PretrainedConfig may not carry our extra section: read the file itself
             raw = json.loads((engine_dir / tc.CONFIG_FILE).read_text(encoding="utf-8"))
-            self.layout = layout_from_config(raw, engine_dir)
+            self.layout = protocol.layout_from_config(raw, engine_dir)
         self.hidden_size = int(cfg["hidden_size"])
         session = _session_class()(
             _engine_config_to_model_config(engine.config), engine.engine, pretrained.mapping, debug_mode=True
@@ -126,7 +118,7 @@ class TrtllmBackend:
         session.hidden_size_ = self.hidden_size
         self.session = session
         self.vocab = int(cfg["vocab_size"])
-        self.gen: GenState | None = None
+        self.gen: protocol.GenState | None = None
         self.chan: Channel | None = None
         self._capture: dict[str, Any] = {}
 
@@ -196,9 +188,9 @@ class TrtllmBackend:
         )
 
     def prefill(self, lines: Lines, rows: np.ndarray, max_steps: int, chan: Channel) -> Frame | None:
-        ctx = line_inputs(self.layout, lines)
+        ctx = protocol.line_inputs(self.layout, lines)
         src = np.repeat(np.arange(len(ctx)), rows)
-        self.gen, self.chan, self._capture = GenState(src, max_steps), chan, {}
+        self.gen, self.chan, self._capture = protocol.GenState(src, max_steps), chan, {}
         try:
             self._decode(lines, [(ctx[b][0], ctx[b][1]) for b in src], src, max_steps)
         except _Handoff as h:
@@ -214,8 +206,8 @@ class TrtllmBackend:
         self.gen = None
 
     def latent(self, lines: Lines, codes: list[np.ndarray]) -> np.ndarray:
-        ctx = line_inputs(self.layout, lines, codes)
-        self.gen, self._capture = GenState(np.arange(len(ctx)), 0), {"latent": True}
+        ctx = protocol.line_inputs(self.layout, lines, codes)
+        self.gen, self._capture = protocol.GenState(np.arange(len(ctx)), 0), {"latent": True}
         with contextlib.suppress(_Handoff):  # raised on purpose after the context pass
             self._decode(lines, [(i, p) for i, p, _ in ctx], np.arange(len(ctx)), 0)
         hidden = self._capture.pop("hidden")

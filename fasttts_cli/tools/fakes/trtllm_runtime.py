@@ -21,6 +21,7 @@ one numpy GPT-2 (`backends/tensorrt_llm/gpt2_numpy.py`), KV cache in the session
 from __future__ import annotations
 
 import copy
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -37,6 +38,24 @@ from fasttts_cli.tools.fakes.trtllm_types import (
 )
 
 _TORCH = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+# the positional parameters of the real _get_context_shape_buffer / _get_next_step_shape_buffer, in order
+_TAIL = ("attention_mask", "cross_attention_mask", "cache_indirection", "kv_cache_block_offsets")
+_TAIL += ("host_kv_cache_block_offsets", "cross_kv_cache_block_offsets", "host_cross_kv_cache_block_offsets")
+_TAIL += ("hidden_states_input", "prompt_embedding_table", "tasks", "prompt_vocab_size", "encoder_output")
+_TAIL += ("encoder_input_lengths", "host_runtime_perf_knobs", "host_context_progress")
+_TAIL += ("skip_cross_attn_blocks", "language_adapter_routings")
+_CTX_ARGS = ("input_ids", "context_lengths", "host_context_lengths", "position_ids", "last_token_ids", *_TAIL)
+_NEXT_ARGS = ("batch_size", "beam_width", "max_context_length", "step", "context_lengths")
+_NEXT_ARGS += ("host_context_lengths", "position_ids", "last_token_ids", *_TAIL)
+
+
+def _named(names: tuple[str, ...], args: tuple[Any, ...], kwargs: dict[str, Any]) -> SimpleNamespace:
+    """Bind a call to a parameter list as Python would (TypeError for too many or unknown ones)."""
+    if len(args) > len(names) or set(kwargs) - set(names) or set(kwargs) & set(names[: len(args)]):
+        raise TypeError(f"bad call: {len(args)} positional, keywords {sorted(kwargs)}")
+    return SimpleNamespace(**{**dict.fromkeys(names), **dict(zip(names, args, strict=False)), **kwargs})
 
 
 class GenerationSession:
@@ -146,28 +165,15 @@ class GenerationSession:
             )
             tensors["prompt_vocab_size"] = RuntimeTensor.from_torch("prompt_vocab_size", prompt_vocab_size)
 
-    def _get_context_shape_buffer(
-        self,
-        input_ids,
-        context_lengths,
-        host_context_lengths,
-        position_ids,
-        last_token_ids,
-        attention_mask,
-        cross_attention_mask,
-        cache_indirection,
-        kv_cache_block_offsets,
-        host_kv_cache_block_offsets,
-        cross_kv_cache_block_offsets=None,
-        host_cross_kv_cache_block_offsets=None,
-        hidden_states_input=None,
-        prompt_embedding_table=None,
-        tasks=None,
-        prompt_vocab_size=None,
-        encoder_output=None,
-        encoder_input_lengths=None,
-        **_: Any,
-    ) -> dict[str, RuntimeTensor]:
+    def _get_context_shape_buffer(self, *args: Any, **kwargs: Any) -> dict[str, RuntimeTensor]:
+        a = _named(_CTX_ARGS, args, kwargs)
+        input_ids, context_lengths, tasks = a.input_ids, a.context_lengths, a.tasks
+        position_ids, last_token_ids, host_context_lengths = (
+            a.position_ids,
+            a.last_token_ids,
+            a.host_context_lengths,
+        )
+        prompt_embedding_table, prompt_vocab_size = a.prompt_embedding_table, a.prompt_vocab_size
         t: dict[str, RuntimeTensor] = {}
         self.sequence_length_buffer = context_lengths.detach().clone()
         for name, x in (
@@ -191,31 +197,12 @@ class GenerationSession:
         self._common_bindings(t, prompt_embedding_table, prompt_vocab_size)
         return t
 
-    def _get_next_step_shape_buffer(
-        self,
-        batch_size,
-        beam_width,
-        max_context_length,
-        step,
-        context_lengths,
-        host_context_lengths,
-        position_ids,
-        last_token_ids,
-        attention_mask,
-        cross_attention_mask,
-        cache_indirection,
-        kv_cache_block_offsets,
-        host_kv_cache_block_offsets,
-        cross_kv_cache_block_offsets=None,
-        host_cross_kv_cache_block_offsets=None,
-        hidden_states_input=None,
-        prompt_embedding_table=None,
-        tasks=None,
-        prompt_vocab_size=None,
-        encoder_output=None,
-        encoder_input_lengths=None,
-        **_: Any,
-    ) -> dict[str, RuntimeTensor]:
+    def _get_next_step_shape_buffer(self, *args: Any, **kwargs: Any) -> dict[str, RuntimeTensor]:
+        a = _named(_NEXT_ARGS, args, kwargs)
+        batch_size, beam_width, step, tasks = a.batch_size, a.beam_width, a.step, a.tasks
+        max_context_length, context_lengths = a.max_context_length, a.context_lengths
+        position_ids, last_token_ids = a.position_ids, a.last_token_ids
+        prompt_embedding_table, prompt_vocab_size = a.prompt_embedding_table, a.prompt_vocab_size
         t: dict[str, RuntimeTensor] = {}
         past = torch.full((batch_size * beam_width,), max_context_length + step, dtype=torch.int32)
         for name, x in (
@@ -285,13 +272,22 @@ class GenerationSession:
         **kwargs: Any,
     ):
         context = self.runtime.context_0 if step % 2 else self.runtime.context_1
+        # the positional arguments after last_token_ids, as the real session passes them
+        tail = (*(None,) * 8, prompt_embedding_table, tasks, prompt_vocab_size, None, None)
+
+        def knobs(mi: dict[str, Any]) -> dict[str, Any]:
+            return {
+                "host_runtime_perf_knobs": mi.get("host_runtime_perf_knobs"),
+                "host_context_progress": torch.tensor([0], dtype=torch.int64),
+            }
+
+        plugins = dict(batch_size=batch_size, context_lengths=context_lengths)
+        plugins |= dict(use_gpt_attention_plugin=self.use_gpt_attention_plugin)
+        plugins |= dict(remove_input_padding=self.remove_input_padding)
         if step == 0:
             mi = self._prepare_context_inputs(
-                batch_size=batch_size,
-                context_lengths=context_lengths,
+                **plugins,
                 host_context_lengths=host_context_lengths,
-                use_gpt_attention_plugin=self.use_gpt_attention_plugin,
-                remove_input_padding=self.remove_input_padding,
                 max_context_length=max_context_length,
                 input_ids=input_ids,
                 pad_id=scfg.pad_id,
@@ -303,21 +299,8 @@ class GenerationSession:
                 host_context_lengths,
                 mi.get("position_ids"),
                 mi.get("last_token_ids"),
-                None,
-                None,
-                None,
-                None,
-                None,
-                None,
-                None,
-                None,
-                prompt_embedding_table,
-                tasks,
-                prompt_vocab_size,
-                None,
-                None,
-                host_runtime_perf_knobs=mi.get("host_runtime_perf_knobs"),
-                host_context_progress=torch.tensor([0]),
+                *tail,
+                **knobs(mi),
             )
             context = self.runtime.ctx_context
             self.runtime._set_tensors(context, ctx)
@@ -327,10 +310,7 @@ class GenerationSession:
         next_step_tensors = None
         if step != self.max_new_tokens - 1:  # 4. bind the next step (its logits: self.buffer['logits'])
             mi = self._prepare_generation_inputs(
-                batch_size=batch_size,
-                context_lengths=context_lengths,
-                use_gpt_attention_plugin=self.use_gpt_attention_plugin,
-                remove_input_padding=self.remove_input_padding,
+                **plugins,
                 step=step,
                 num_beams=beam_width,
                 attention_mask=None,
@@ -345,21 +325,8 @@ class GenerationSession:
                 host_context_lengths,
                 mi.get("position_ids"),
                 mi.get("last_token_ids"),
-                None,
-                None,
-                None,
-                None,
-                None,
-                None,
-                None,
-                None,
-                prompt_embedding_table,
-                tasks,
-                prompt_vocab_size,
-                None,
-                None,
-                host_runtime_perf_knobs=mi.get("host_runtime_perf_knobs"),
-                host_context_progress=torch.tensor([0]),
+                *tail,
+                **knobs(mi),
             )
             self.runtime._set_tensors(next_context, next_step_tensors)
         logits = self.buffer["logits"]  # 5.
@@ -401,21 +368,14 @@ class GenerationSession:
         assert batch_size == self.batch_size and max_context_length <= self.max_context_length
         assert scfg.num_beams == self.beam_width
         self._setup_decoder(scfg, batch_size, input_ids, context_lengths)
+        per_step = dict(
+            batch_size=batch_size, max_context_length=max_context_length, beam_width=scfg.num_beams
+        )
+        per_step |= dict(input_ids=input_ids, scfg=scfg, tasks=tasks, logits_processor=logits_processor)
+        per_step |= dict(prompt_embedding_table=prompt_embedding_table, prompt_vocab_size=prompt_vocab_size)
+        per_step |= dict(context_lengths=context_lengths, host_context_lengths=context_lengths.cpu())
         for step in range(self.max_new_tokens):
-            should_stop, *_ = self.handle_per_step(
-                step=step,
-                batch_size=batch_size,
-                max_context_length=max_context_length,
-                beam_width=scfg.num_beams,
-                input_ids=input_ids,
-                scfg=scfg,
-                prompt_embedding_table=prompt_embedding_table,
-                tasks=tasks,
-                context_lengths=context_lengths,
-                host_context_lengths=context_lengths.cpu(),
-                prompt_vocab_size=prompt_vocab_size,
-                logits_processor=logits_processor,
-            )
+            should_stop, *_ = self.handle_per_step(step=step, **per_step)
             if should_stop.item():
                 break
         return self.finalize_decoder(context_lengths, batch_size, scfg.num_beams, scfg)

@@ -81,18 +81,16 @@ class ModelConfig:
 
 def _engine_config_to_model_config(engine_config: Any, **_: Any) -> ModelConfig:
     p, b = engine_config.pretrained_config, engine_config.build_config
+    plugins = b.plugin_config
+    names = {"num_layers": "num_hidden_layers", "num_heads": "num_attention_heads"}
+    names |= {"num_kv_heads": "num_key_value_heads", "vocab_size": "vocab_size"}
     return ModelConfig(
-        max_batch_size=b.max_batch_size,
-        max_beam_width=b.max_beam_width,
-        vocab_size=p.vocab_size,
-        num_layers=p.num_hidden_layers,
-        num_heads=p.num_attention_heads,
-        num_kv_heads=p.num_key_value_heads,
+        **{ours: getattr(p, theirs) for ours, theirs in names.items()},
+        **{k: getattr(b, k) for k in ("max_batch_size", "max_beam_width", "max_prompt_embedding_table_size")},
         hidden_size=p.hidden_size,
-        gpt_attention_plugin=bool(b.plugin_config["gpt_attention_plugin"]),
-        remove_input_padding=b.plugin_config["remove_input_padding"],
+        gpt_attention_plugin=bool(plugins["gpt_attention_plugin"]),
+        remove_input_padding=plugins["remove_input_padding"],
         kv_cache_type=KVCacheType(b.kv_cache_type),
-        max_prompt_embedding_table_size=b.max_prompt_embedding_table_size,
         gather_context_logits=b.gather_context_logits,
         dtype=p.dtype,
         extra=p.to_dict(),
@@ -101,13 +99,13 @@ def _engine_config_to_model_config(engine_config: Any, **_: Any) -> ModelConfig:
 
 @dataclass
 class SamplingConfig:
+    """The fields the worker sets (the real one has more, all with defaults)."""
+
     end_id: int
     pad_id: int
-    max_new_tokens: int = 20
     num_beams: int = 1
-    temperature: float = 1.0
-    top_k: int = 1
-    top_p: float = 0.0
+    top_k: int = 1  # the fake decoder implements greedy decoding only
+    # True in 1.2: finalize_decoder(in_progress=True) then deep-copies the beam hypotheses each step
     use_beam_hyps: bool = True
 
 
