@@ -383,7 +383,8 @@ def test_voice_chains_side_by_side_match_one_after_the_other(
     assert side.times.calls["w2v_bert"] == 2
     side.open_all()
     halves = {"w2v_bert", "speaker_conditioner", "emotion_conditioner"}
-    assert {n: _threads(s) for n, s in side.sessions.opened.items() if n in halves} == dict.fromkeys(halves, 1)
-    assert all(_threads(s) == 2 for n, s in side.sessions.opened.items() if n not in halves)
+    opened = side.sessions.opened
+    assert {n: _threads(s) for n, s in opened.items() if n in halves} == dict.fromkeys(halves, 1)
+    assert all(_threads(s) == 2 for n, s in opened.items() if n not in halves)
     side.close()
     assert side._voice_side is None
