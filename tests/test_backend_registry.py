@@ -19,6 +19,7 @@ from fasttts_cli.engine_folder import read_manifest
 from fasttts_cli.errors import EngineMismatchError, InputError, MissingDependencyError
 from fasttts_cli.indextts2.components import check_manifest
 from tests.conftest_engine import *  # noqa: F403 (fixtures)
+from tests.test_trtllm_engine import preset_file, ref_engine_dir  # noqa: F401 (fixtures)
 
 
 def test_one_list_of_backends() -> None:
@@ -145,3 +146,22 @@ def test_the_gpt_worker_folder_is_a_registry_component(tiny_engine_dir: Path) ->
     msg = str(ei.value)
     assert "'gpt_trtllm' backend 'tensorrt' (runs: tensorrt-llm)" in msg
     assert f"folder {file!r} is missing" in msg and "gpt_trunk" not in msg
+
+
+@pytest.mark.slow
+def test_the_trtllm_gpt_opens_through_the_registry(
+    ref_engine_dir: Path,  # noqa: F811 (the fixture imported above)
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The GPT on TensorRT-LLM (its numpy reference worker here) is a session like any other: opened by
+    its manifest backend's registry opener, stopped by the engine's close()."""
+    from fasttts_cli.indextts2.engine import IndexTTS2Engine
+    from fasttts_cli.indextts2.gpt_trtllm import TRTLLM_BACKEND_ENV, TrtllmGPT
+
+    monkeypatch.setenv(TRTLLM_BACKEND_ENV, "reference")
+    e = IndexTTS2Engine.load(ref_engine_dir)
+    gpt = e.session("gpt_trtllm")
+    assert isinstance(gpt, TrtllmGPT) and e.sessions.opened == {"gpt_trtllm": gpt}
+    assert gpt.layout.n_mel == e.embeddings.mel_embedding.shape[0]
+    e.close()
+    assert e.sessions.opened == {}

@@ -98,8 +98,11 @@ class BackendSpec:
         return obj
 
     def open(self, path: Path, options: Any) -> Any:
-        """Open one component of an engine folder (`path`: its file or folder) with SessionOptions."""
-        self.require(str(path))
+        """Open one component of an engine folder (`path`: its file or folder) with SessionOptions. A
+        folder backend runs in a worker process whose own interpreter has the library (and which says
+        what is missing when it starts), so only a graph backend's modules are checked here."""
+        if self.artifact != FOLDER:
+            self.require(str(path))
         return self.factory()(path, options)
 
 
