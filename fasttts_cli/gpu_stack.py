@@ -237,7 +237,7 @@ def _check_option(preset: Preset, comp: str, key: str, value: Any, allowed: tupl
 
 def _allowed_options(backend: str, precision: str, options: dict[str, Any]) -> dict[str, Any]:
     """option name -> tuple of allowed values or a type description."""
-    if backend in ("onnxruntime-cpu", "onnxruntime-cuda") and precision in INTEGER_PRECISIONS:
+    if backend in registry.of_runtime(registry.ONNXRUNTIME) and precision in INTEGER_PRECISIONS:
         method = options.get("method", "matmulnbits")
         if method == "dynamic":
             return {"method": QUANT_METHODS, "per_channel": (True, False)}

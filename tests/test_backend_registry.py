@@ -165,3 +165,17 @@ def test_the_trtllm_gpt_opens_through_the_registry(
     assert gpt.layout.n_mel == e.embeddings.mel_embedding.shape[0]
     e.close()
     assert e.sessions.opened == {}
+
+
+def test_runtimes_group_the_backends() -> None:
+    """The ONNX Runtime backends share graphs and their integer quantization (build/quantize.py and
+    gpu_stack's options read this grouping instead of listing the backends)."""
+    assert registry.of_runtime(registry.ONNXRUNTIME) == ("onnxruntime-cpu", "onnxruntime-cuda")
+    assert {s.runtime for s in registry.BACKENDS.values()} == {
+        registry.ONNXRUNTIME,
+        registry.TENSORRT,
+        registry.TENSORRT_LLM,
+        registry.TORCH,
+    }
+    integer = {n for n, s in registry.BACKENDS.items() if {"int8", "int4"} & set(s.precisions)}
+    assert integer == set(registry.of_runtime(registry.ONNXRUNTIME))

@@ -33,6 +33,8 @@ PRECISIONS = ("fp32", "fp16", "bf16", "int8", "int4", "w8a16", "w4a16")
 # straight from a checkpoint directory and needs no engine folder).
 GRAPH, FOLDER, NO_ENGINE = "graph", "folder", "none"
 CPU, CUDA = "cpu", "cuda"
+# The runtime library a backend drives (ONNX Runtime backends share graphs and their quantization).
+ONNXRUNTIME, TENSORRT, TENSORRT_LLM, TORCH = "onnxruntime", "tensorrt", "tensorrt-llm", "torch"
 
 TRTLLM_PYTHON_ENV = "FASTTTS_TRTLLM_PYTHON"  # same name as gpu_stack.TRTLLM_PYTHON_ENV
 
@@ -63,6 +65,7 @@ class Requirement:
 @dataclass(frozen=True)
 class BackendSpec:
     name: str  # the preset's / manifest's `backend` value
+    runtime: str  # ONNXRUNTIME | TENSORRT | TENSORRT_LLM | TORCH
     device: str  # CPU | CUDA
     precisions: tuple[str, ...]
     components: tuple[str, ...]  # preset component groups it can run
@@ -141,6 +144,7 @@ BACKENDS: dict[str, BackendSpec] = {
     for s in (
         BackendSpec(
             "onnxruntime-cpu",
+            ONNXRUNTIME,
             CPU,
             ("fp32", "int8", "int4"),
             COMPONENTS,
@@ -151,6 +155,7 @@ BACKENDS: dict[str, BackendSpec] = {
         ),
         BackendSpec(
             "onnxruntime-cuda",
+            ONNXRUNTIME,
             CUDA,
             ("fp32", "fp16", "int8", "int4"),
             COMPONENTS,
@@ -161,6 +166,7 @@ BACKENDS: dict[str, BackendSpec] = {
         ),
         BackendSpec(
             "tensorrt",
+            TENSORRT,
             CUDA,
             ("fp32", "fp16", "bf16"),
             COMPONENTS,
@@ -171,6 +177,7 @@ BACKENDS: dict[str, BackendSpec] = {
         ),
         BackendSpec(
             "tensorrt-llm",
+            TENSORRT_LLM,
             CUDA,
             ("fp32", "fp16", "bf16", "w8a16", "w4a16"),
             ("gpt",),
@@ -181,6 +188,7 @@ BACKENDS: dict[str, BackendSpec] = {
         ),
         BackendSpec(
             "torch",
+            TORCH,
             CUDA,
             ("fp32", "fp16", "bf16"),
             COMPONENTS,
@@ -207,6 +215,11 @@ def get(name: str) -> BackendSpec:
 def with_artifact(artifact: str) -> tuple[str, ...]:
     """Names of the backends whose engine-folder components are of this artifact kind."""
     return tuple(n for n, s in BACKENDS.items() if s.artifact == artifact)
+
+
+def of_runtime(runtime: str) -> tuple[str, ...]:
+    """Names of the backends that drive this runtime library."""
+    return tuple(n for n, s in BACKENDS.items() if s.runtime == runtime)
 
 
 def on_device(device: str) -> tuple[str, ...]:

@@ -101,6 +101,7 @@ class EngineStages(Protocol):
     preset: Preset
     sample_rate: int
     hop: int
+    tokens: Any  # decode.GPTTokens
 
     @property
     def text(self) -> Any: ...
@@ -131,10 +132,7 @@ class EngineStages(Protocol):
 
     def latent(self, prefixes: Sequence[Any], codes: Sequence[np.ndarray]) -> list[Any]: ...
 
-    def codes_to_wavs(
-        self,
-        voices: Sequence[VoiceConditioning],
-        prefixes: Sequence[Any],
-        codes: Sequence[np.ndarray],
-        noises: Sequence[np.ndarray | np.random.Generator],
-    ) -> list[np.ndarray]: ...
+    def codes_to_wavs(self, voices: Sequence[VoiceConditioning], *rows: Sequence, **cfm: Any) -> list[Any]:
+        """Latent pass, s2mel and vocoder: rows = (prefixes, codes, CFM start noises); cfm = the run's
+        steps / cfg_rate / schedule / cache_level."""
+        ...
