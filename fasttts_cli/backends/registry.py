@@ -212,6 +212,11 @@ def get(name: str) -> BackendSpec:
     return spec
 
 
+def install_hint(name: str) -> str:
+    """How to install what backend `name` needs (its requirements' install lines)."""
+    return "; ".join(r.install for r in get(name).requires)
+
+
 def with_artifact(artifact: str) -> tuple[str, ...]:
     """Names of the backends whose engine-folder components are of this artifact kind."""
     return tuple(n for n, s in BACKENDS.items() if s.artifact == artifact)
