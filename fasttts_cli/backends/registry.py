@@ -50,12 +50,15 @@ class Requirement:
     env: str | None = None  # an interpreter path in this variable satisfies it too
     label: str | None = None  # the name to show, when not the module's or the distribution's
 
-    def present(self) -> bool:
+    def importable(self) -> bool:
+        """The module imports here (or the variable names an interpreter that has it)."""
         if self.env and Path(os.environ.get(self.env) or "-").is_file():
             return True
-        if not _importable(self.module):
-            return False
-        return self.dist is None or _dist_version(self.dist) is not None
+        return _importable(self.module)
+
+    def present(self) -> bool:
+        """Importable, and from the named distribution (onnxruntime-gpu, not the CPU wheel)."""
+        return self.importable() and (self.dist is None or _dist_version(self.dist) is not None)
 
     def describe(self) -> str:
         what = self.label or self.dist or self.module
@@ -82,8 +85,10 @@ class BackendSpec:
         return not self.missing() and (self.device == CPU or has_gpu())
 
     def require(self, what: str) -> None:
-        """Raise MissingDependencyError naming `what` needs this backend and how to install it."""
-        missing = self.missing()
+        """Raise MissingDependencyError naming `what` needs this backend and how to install it, when a
+        module it imports is absent (which distribution provides it the session itself finds out: ONNX
+        Runtime says which providers it has)."""
+        missing = [r for r in self.requires if not r.importable()]
         if missing:
             raise MissingDependencyError(
                 f"{what}: backend {self.name} needs {', '.join(r.describe() for r in missing)}, "
