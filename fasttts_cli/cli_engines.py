@@ -98,14 +98,9 @@ def _status(preset: Any, stack: Any) -> dict[str, Any]:
 
 
 def _needs(backends: list[str]) -> str:
-    need = {
-        "onnxruntime-cpu": "CPU (onnxruntime)",
-        "onnxruntime-cuda": "NVIDIA GPU + onnxruntime-gpu",
-        "tensorrt": "NVIDIA GPU + TensorRT (extra `gpu`)",
-        "tensorrt-llm": "NVIDIA GPU + TensorRT-LLM (extra `trtllm`)",
-        "torch": "PyTorch (extra `build`)",
-    }
-    return "; ".join(need.get(b, b) for b in backends) or "-"
+    from fasttts_cli.backends import registry
+
+    return "; ".join(registry.BACKENDS[b].needs if b in registry.BACKENDS else b for b in backends) or "-"
 
 
 # ---- doctor --------------------------------------------------------------------------------------

@@ -230,6 +230,25 @@ def check_runtimes() -> list[Check]:
     return rows
 
 
+def check_backends() -> list[Check]:
+    """One row per backend of the registry: whether it runs here, and what to install if not (nothing
+    is imported: the registry only locates modules)."""
+    from fasttts_cli.backends import registry
+
+    rows = []
+    for spec in registry.BACKENDS.values():
+        missing = spec.missing()
+        gpu = spec.device == registry.CPU or registry.has_gpu()
+        detail = f"{spec.needs}; precisions {', '.join(spec.precisions)}"
+        if missing:
+            detail += f"; missing {', '.join(r.describe() for r in missing)}"
+        elif not gpu:
+            detail += "; no NVIDIA GPU found"
+        fix = "; ".join(r.install for r in missing) or ("" if gpu else "a machine with an NVIDIA GPU")
+        rows.append(Check("backends", f"backend {spec.name}", OK if spec.available() else INFO, detail, fix))
+    return rows
+
+
 def licences_in_use() -> dict[str, list[dict[str, str]]]:
     """Licences of the engines this machine would run: the draft voice, and IndexTTS-2 if an engine is
     configured or present."""
@@ -243,7 +262,7 @@ def licences_in_use() -> dict[str, list[dict[str, str]]]:
 
 def run_doctor() -> dict[str, Any]:
     checks: list[Check] = []
-    for fn in (check_python, check_ffmpeg, check_draft, check_engines, check_runtimes):
+    for fn in (check_python, check_ffmpeg, check_draft, check_engines, check_runtimes, check_backends):
         try:
             checks += fn()
         except Exception as e:  # a broken check must not hide the others

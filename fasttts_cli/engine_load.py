@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from fasttts_cli.backends import registry
 from fasttts_cli.engine_select import DRAFT, TORCH, EngineSelection
 from fasttts_cli.errors import MissingDependencyError
 from fasttts_cli.synthesizer import Synthesizer
@@ -39,7 +40,7 @@ def load_synthesizer(
             from fasttts_cli.torch_backend.synthesizer import TorchSynthesizer
         except ImportError as e:
             raise MissingDependencyError(
-                f"the PyTorch backend cannot be loaded ({e})", hint="pip install -e '.[build]'"
+                f"the PyTorch backend cannot be loaded ({e})", hint=registry.install_hint(TORCH)
             ) from None
         return TorchSynthesizer.load(selection.path, preset or "gpu-torch-fp16", cache_dir=cache_dir)
     raise MissingDependencyError(

@@ -19,19 +19,14 @@ from importlib import metadata, util
 from pathlib import Path
 from typing import Any
 
+from fasttts_cli.backends import registry
 from fasttts_cli.errors import InputError
 from fasttts_cli.presets import INTEGER_PRECISIONS, Preset
 
 TRTLLM_PYTHON_ENV = "FASTTTS_TRTLLM_PYTHON"
 
-# Which precisions each backend implements, and for which components.
-BACKEND_PRECISIONS: dict[str, tuple[str, ...]] = {
-    "onnxruntime-cpu": ("fp32", "int8", "int4"),
-    "onnxruntime-cuda": ("fp32", "fp16", "int8", "int4"),
-    "tensorrt": ("fp32", "fp16", "bf16"),
-    "tensorrt-llm": ("fp32", "fp16", "bf16", "w8a16", "w4a16"),
-    "torch": ("fp32", "fp16", "bf16"),
-}
+# Which precisions each backend implements, and for which components: the backend registry's.
+BACKEND_PRECISIONS: dict[str, tuple[str, ...]] = registry.precisions()
 # Integer weights only where measured safe: the GPT, w2v-BERT, the conditioners and (dynamic int8 only)
 # the DiT, whose full-size 25-step mel moved 0.19% of its range. BigVGAN stays fp32: dynamic int8 ran
 # 3x slower there (ConvInteger) at 13.8 dB SNR. The codec and CAMPPlus are tiny and feed integer codes
@@ -39,7 +34,7 @@ BACKEND_PRECISIONS: dict[str, tuple[str, ...]] = {
 QUANTIZABLE = ("gpt", "w2v_bert", "conditioners", "dit")
 # Components whose int8 must be the dynamic method (MatMulNBits was not measured there).
 DYNAMIC_ONLY = ("dit",)
-TRTLLM_COMPONENTS = ("gpt",)
+TRTLLM_COMPONENTS = registry.get("tensorrt-llm").components
 BLOCK_SIZES = (16, 32, 64, 128, 256)
 ACCURACY_LEVELS = (0, 1, 2, 3, 4)
 QUANT_METHODS = ("matmulnbits", "dynamic")
@@ -242,7 +237,7 @@ def _check_option(preset: Preset, comp: str, key: str, value: Any, allowed: tupl
 
 def _allowed_options(backend: str, precision: str, options: dict[str, Any]) -> dict[str, Any]:
     """option name -> tuple of allowed values or a type description."""
-    if backend in ("onnxruntime-cpu", "onnxruntime-cuda") and precision in INTEGER_PRECISIONS:
+    if backend in registry.of_runtime(registry.ONNXRUNTIME) and precision in INTEGER_PRECISIONS:
         method = options.get("method", "matmulnbits")
         if method == "dynamic":
             return {"method": QUANT_METHODS, "per_channel": (True, False)}

@@ -13,11 +13,13 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from fasttts_cli.backends import registry
 from fasttts_cli.errors import InputError, UsageError
 
-COMPONENTS = ("w2v_bert", "codec", "campplus", "conditioners", "gpt", "s2mel", "dit", "vocoder")
-BACKENDS = ("onnxruntime-cpu", "onnxruntime-cuda", "tensorrt", "tensorrt-llm", "torch")
-PRECISIONS = ("fp32", "fp16", "bf16", "int8", "int4", "w8a16", "w4a16")
+# The backend registry's lists (backends.registry is the one place they are kept).
+COMPONENTS = registry.COMPONENTS
+BACKENDS = registry.names()
+PRECISIONS = registry.PRECISIONS
 
 
 # Precisions whose weights are integers (ONNX Runtime quantization: MatMulNBits or dynamic int8).
@@ -167,7 +169,7 @@ def parse_preset(path: Path) -> Preset:
             raise InputError(path, f"components.{cname} must be a table")
         backend = spec.get("backend", "onnxruntime-cpu")
         precision = spec.get("precision", "fp32")
-        if backend not in BACKENDS:
+        if backend not in registry.BACKENDS:
             raise InputError(
                 path, f"components.{cname}.backend = {backend!r}", hint=f"allowed: {', '.join(BACKENDS)}"
             )

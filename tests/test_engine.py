@@ -72,10 +72,10 @@ def test_load_is_lazy_and_counts_tokens(tiny_engine_dir: Path) -> None:
     s = IndexTTS2Synthesizer.load(tiny_engine_dir)
     assert isinstance(s, Synthesizer)
     assert s.name == "indextts2" and s.clones_voice and s.sample_rate == 22050
-    assert s.engine._sessions == {}  # nothing opened for planning
+    assert s.engine.sessions.opened == {}  # nothing opened for planning
     n = s.count_tokens("Hello world, this is a test.")
     assert n == len(s.engine.text.tokenize("Hello world, this is a test.")) and n > 5
-    assert s.engine._sessions == {}
+    assert s.engine.sessions.opened == {}
     counter = IndexTTS2Synthesizer.tokenizer_counter(tiny_engine_dir)
     assert counter("Hello world, this is a test.") == n
     ident = s.identity()
@@ -214,7 +214,7 @@ def test_voice_cache_hit_on_second_prepare(tiny_engine_dir: Path, voice_wav: Pat
     s2 = IndexTTS2Synthesizer.load(tiny_engine_dir, cache_dir=tmp_path / "c")
     v2 = s2.prepare_voice(voice_wav)
     assert s2.last_voice_cached is True
-    assert s2.engine._sessions == {}  # a cached voice needs no model at all
+    assert s2.engine.sessions.opened == {}  # a cached voice needs no model at all
     for k in VoiceConditioning.FIELDS:
         np.testing.assert_array_equal(getattr(v1.state, k), getattr(v2.state, k))
     assert v1.key == v2.key
@@ -357,8 +357,8 @@ def test_only_the_trunk_keeps_its_workers_spinning(tiny_engine_dir: Path) -> Non
     next session); the trunk, run back to back per token, keeps spinning."""
     e = IndexTTS2Engine.load(tiny_engine_dir)
     e.open_all()
-    spinning = {name for name, s in e._sessions.items() if not _stops_spinning(s)}
-    assert spinning == {GPT_TRUNK} and len(e._sessions) > 5
+    spinning = {name for name, s in e.sessions.opened.items() if not _stops_spinning(s)}
+    assert spinning == {GPT_TRUNK} and len(e.sessions.opened) > 5
 
 
 def _threads(session: object) -> int:
@@ -383,7 +383,8 @@ def test_voice_chains_side_by_side_match_one_after_the_other(
     assert side.times.calls["w2v_bert"] == 2
     side.open_all()
     halves = {"w2v_bert", "speaker_conditioner", "emotion_conditioner"}
-    assert {n: _threads(s) for n, s in side._sessions.items() if n in halves} == dict.fromkeys(halves, 1)
-    assert all(_threads(s) == 2 for n, s in side._sessions.items() if n not in halves)
+    opened = side.sessions.opened
+    assert {n: _threads(s) for n, s in opened.items() if n in halves} == dict.fromkeys(halves, 1)
+    assert all(_threads(s) == 2 for n, s in opened.items() if n not in halves)
     side.close()
     assert side._voice_side is None

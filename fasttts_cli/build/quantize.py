@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from fasttts_cli.backends import registry
 from fasttts_cli.build.quiet import quiet_native_output
 from fasttts_cli.errors import FastTTSError
 from fasttts_cli.presets import INTEGER_PRECISIONS, ComponentSpec
@@ -506,7 +507,7 @@ def convert_engine(src: Path | str, dst: Path | str, preset: Any, *, overwrite: 
         reports: dict[str, Any] = {}
         for name, entry in m.components.items():
             spec, group = specs[name], GRAPH_GROUPS[name]
-            if spec.backend not in ("onnxruntime-cpu", "onnxruntime-cuda"):
+            if spec.backend not in registry.of_runtime(registry.ONNXRUNTIME):
                 raise UsageError(
                     f"--preset {preset.name}: component {group} wants backend {spec.backend!r}; "
                     "convert_engine makes ONNX Runtime engines (TensorRT plans: tensorrt_build)"

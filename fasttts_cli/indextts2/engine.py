@@ -1,167 +1,57 @@
 """IndexTTS-2 engine: the stage API over an engine folder's sessions (numpy + ONNX Runtime, never torch).
 
 `IndexTTS2Engine.load(folder)` reads the manifest (and nothing outside the folder), refuses an engine this
-runtime cannot drive with a message naming what differs, and opens each component lazily, so a caller
-that only needs the tokenizer pays for nothing else. Every stage takes explicit arrays and returns arrays,
-so each can be compared with the original implementation on its own (stage numbers as in
-../shared/parity/README.md):
+runtime cannot drive with a message naming what differs (components.check_manifest), and opens each
+component lazily through the backend registry (folder_sessions), so a caller that only needs the tokenizer
+pays for nothing else. Every stage takes explicit arrays and returns arrays, so each can be compared with
+the original implementation on its own (stage numbers as in ../shared/parity/README.md):
 
-    speaker_audio / emotion_audio        1.1 / 1.8   file -> waveforms at the model rates
-    w2v_bert                             1.2-1.3     16 kHz audio -> normalised layer-17 features (T, 1024)
-    codec_quantize                       1.4         features -> (codes, S_ref)
-    ref_mel, style                       1.5, 1.6    prompt mel (80, Tm), CAMPPlus style (192,)
-    prompt_condition                     1.7         S_ref -> (Tm, C)
-    speaker_conditioning                 3.2         features -> speaker latents (32, D)
-    emotion_vector(_mode)                3.1, 3.3    emovec (D,)
-    prefix                               3.4         (P, D)
-    generate                             3.5 + sampling   codes per line (batched, per-line generators)
-    latent                               3.7         (n, D) per line
-    s2mel_content                        4.1         cond (B, Tg, C), ylens
-    cfm                                  4.4         Euler CFM with batched CFG, start noise injected
-    vocode                               5           wavs, cropped per row
+    1.1-1.8, 3.1-3.3   a voice's conditioning: voice.VoiceFlow over voice_sessions' networks
+    3.4 prefix, 3.5 generate (+ sampling), 3.7 latent      the GPT, batched, per-line generators
+    4.1 s2mel_content, 4.4 cfm (Euler, batched CFG), 5 vocode
 
-Composite helpers (`features`, `voice_conditioning`, `codes_to_wavs`) chain them for the synthesizer.
+`codes_to_wavs` chains the stages after the GPT for the synthesizer.
 """
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from fasttts_cli.engine_folder import Manifest, check_preset_matches, read_manifest
-from fasttts_cli.errors import EngineMismatchError, UsageError
+from fasttts_cli.backends.stages import StageTimes
+from fasttts_cli.engine_folder import Manifest, read_manifest
+from fasttts_cli.errors import EngineMismatchError
 from fasttts_cli.indextts2 import decode as dec
 from fasttts_cli.indextts2 import emotion as emo
 from fasttts_cli.indextts2 import features as feat
-from fasttts_cli.indextts2.decode_inplace import InplaceGPTDecoder, decoder_for, inplace_inputs
+from fasttts_cli.indextts2.components import (
+    CODEC_VQ2EMB,
+    DIT_CFG_STEP,
+    GPT_TRUNK,
+    MODEL_ID,
+    S2MEL_CONTENT,
+    VOCODER,
+    check_manifest,
+    emotion_matrices,
+    gpt_tokens,
+    load_text_front_end,
+    resolve_preset,
+)
+from fasttts_cli.indextts2.decode_inplace import InplaceGPTDecoder, decoder_for
+from fasttts_cli.indextts2.folder_sessions import FolderSessions
 from fasttts_cli.indextts2.gpt_trtllm import GPT_TRTLLM, LinePrompt, TrtllmGPT, worker_dir
 from fasttts_cli.indextts2.sampling import Decoded, LineDecoder, SamplingParams
-from fasttts_cli.indextts2.sessions import Session, SessionOptions, open_session
-from fasttts_cli.presets import INTEGER_PRECISIONS, Preset, load_preset
+from fasttts_cli.indextts2.sessions import Session, SessionOptions
+from fasttts_cli.indextts2.voice import SpeakerFeatures, VoiceConditioning, VoiceFlow
+from fasttts_cli.indextts2.voice_sessions import SessionVoiceStages
+from fasttts_cli.presets import INTEGER_PRECISIONS, Preset
 from fasttts_cli.s2mel_cache.schedules import euler_times
 
-MODEL_ID = "indextts2"
-SUPPORTED_MODEL_VERSIONS = ("2", "2.0")
-SUPPORTED_BACKENDS = ("onnxruntime-cpu", "onnxruntime-cuda", "tensorrt")
-
-# Component graph names (export.py's `graph_specs`) and the IO names this runtime feeds and reads.
-W2V_BERT = "w2v_bert"
-CODEC_QUANTIZE = "codec_quantize"
-CODEC_VQ2EMB = "codec_vq2emb"
-CAMPPLUS = "campplus"
-SPEAKER_CONDITIONER = "speaker_conditioner"
-EMOTION_CONDITIONER = "emotion_conditioner"
-# A voice's preparation is two independent chains, the speaker's (w2v-BERT, conditioner, codec, mel,
-# length regulator) and the emotion reference's (w2v-BERT, emotion conditioner; CAMPPlus, which needs
-# only the audio, rides along to even the two out). On the CPU they run side by side, each of these
-# sessions on half the threads: at the reference's ~200 frames the GEMMs scale
-# poorly past one thread per chain (both w2v-BERT passes: 1.86-1.88 s side by side on 1 + 1 threads
-# against 2.07-2.18 s one after the other on 2, same outputs).
-VOICE_CHAIN_SESSIONS = (W2V_BERT, SPEAKER_CONDITIONER, EMOTION_CONDITIONER)
-GPT_TRUNK = "gpt_trunk"
-S2MEL_CONTENT = "s2mel_content"
-LENGTH_REGULATOR = "length_regulator"
-DIT_CFG_STEP = "dit_cfg_step"
-VOCODER = "bigvgan"
-
-_FIXED_IO: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    W2V_BERT: (("input_features", "attention_mask"), ("spk_cond_emb",)),
-    CODEC_QUANTIZE: (("features", "mask"), ("indices", "quantized")),
-    CODEC_VQ2EMB: (("codes",), ("embedding",)),
-    CAMPPLUS: (("fbank",), ("style",)),
-    SPEAKER_CONDITIONER: (("features", "lengths"), ("latents",)),
-    EMOTION_CONDITIONER: (("features", "lengths"), ("emovec",)),
-    S2MEL_CONTENT: (("latent", "vq_emb", "code_lens"), ("cond", "ylens")),
-    LENGTH_REGULATOR: (("x", "x_lens", "y_lens"), ("y",)),
-    DIT_CFG_STEP: (("x", "prompt_x", "x_lens", "t", "style", "mu", "cfg_rate", "prompt_lens"), ("v",)),
-    VOCODER: (("mel", "lengths"), ("wav",)),
-}
-
-# Host-side arrays (manifest `files` keys) besides the GPT tables of decode.TABLE_FILES.
-W2V_MEAN, W2V_VAR, SPK_MATRIX, EMO_MATRIX, BPE_MODEL = (
-    "w2v_stat_mean",
-    "w2v_stat_var",
-    "spk_matrix",
-    "emo_matrix",
-    "bpe_model",
-)
-
-_CONFIG_KEYS = {
-    "gpt": ("model_dim", "layers", "heads", "max_mel_tokens", "max_text_tokens", "start_mel_token"),
-    "s2mel": ("sr", "n_fft", "win_length", "hop_length", "n_mels", "style_dim", "code_to_frames"),
-    "vocoder": ("hop", "sampling_rate"),
-}
-
-
-def required_io(
-    layers: int, *, trtllm_gpt: bool = False
-) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
-    """Every session this runtime drives, with the input and output names it uses. With the GPT on
-    TensorRT-LLM (`trtllm_gpt`), the trunk is the worker's engine, not a session."""
-    io = dict(_FIXED_IO)
-    if trtllm_gpt:
-        return io
-    io[GPT_TRUNK] = (
-        (dec.INPUTS_EMBEDS, dec.ATTENTION_MASK, *dec.past_names(layers)),
-        (dec.LOGITS, dec.HIDDEN, *dec.present_names(layers)),
-    )
-    return io
-
-
-def io_matches(name: str, layers: int, inputs: set[str], outputs: set[str] | None = None) -> bool:
-    """A component's input names equal, and its outputs include, what this runtime uses. The GPT trunk
-    comes in two forms: the classic one (past/present concatenated) and the in-place one
-    (decode_inplace.py), which ONNX Runtime CPU engines get."""
-    ins, outs = required_io(layers)[name]
-    forms = [set(ins)]
-    if name == GPT_TRUNK:
-        forms.append(set(inplace_inputs(layers)))
-    return inputs in forms and (outputs is None or set(outs) <= outputs)
-
-
 # --------------------------------------------------------------------------------------- data at seams
-
-
-@dataclass
-class SpeakerFeatures:
-    """Stages 1.1-1.7 of one speaker reference."""
-
-    spk_cond_emb: np.ndarray  # (T, 1024) normalised w2v-BERT layer-17 features
-    s_ref: np.ndarray  # (T, 1024) codec-quantized features
-    ref_mel: np.ndarray  # (n_mels, Tm) CFM prompt
-    style: np.ndarray  # (style_dim,) CAMPPlus
-    prompt_condition: np.ndarray  # (Tm, C) length regulator of S_ref to Tm frames
-
-
-@dataclass
-class VoiceConditioning:
-    """Everything synthesis needs from a reference voice (+ emotion); what the voice cache stores."""
-
-    spk_latents: np.ndarray  # (num_latents, D) speaker perceiver output, before the emovec is added
-    emovec: np.ndarray  # (D,) the emotion vector the GPT gets
-    style: np.ndarray  # (style_dim,)
-    ref_mel: np.ndarray  # (n_mels, Tm)
-    prompt_condition: np.ndarray  # (Tm, C)
-
-    FIELDS = ("spk_latents", "emovec", "style", "ref_mel", "prompt_condition")
-
-    def arrays(self) -> dict[str, np.ndarray]:
-        return {k: np.asarray(getattr(self, k), dtype=np.float32) for k in self.FIELDS}
-
-    @classmethod
-    def from_arrays(cls, arrays: Mapping[str, np.ndarray]) -> VoiceConditioning:
-        missing = [k for k in cls.FIELDS if k not in arrays]
-        if missing:
-            raise KeyError(f"voice conditioning lacks {', '.join(missing)}")
-        return cls(**{k: np.asarray(arrays[k], dtype=np.float32) for k in cls.FIELDS})
 
 
 @dataclass
@@ -175,31 +65,6 @@ class CFMInputs:
     style: np.ndarray  # (B, style_dim)
 
 
-@dataclass
-class StageTimes:
-    """Wall time per stage (seconds, summed over calls) and call counts; the bench reads these. Stages
-    that run side by side (a voice's two chains) each count their own wall time."""
-
-    seconds: dict[str, float] = field(default_factory=dict)
-    calls: dict[str, int] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
-
-    @contextmanager
-    def time(self, stage: str) -> Iterator[None]:
-        t0 = time.perf_counter()
-        try:
-            yield
-        finally:
-            dt = time.perf_counter() - t0
-            with self._lock:
-                self.seconds[stage] = self.seconds.get(stage, 0.0) + dt
-                self.calls[stage] = self.calls.get(stage, 0) + 1
-
-    def reset(self) -> None:
-        self.seconds.clear()
-        self.calls.clear()
-
-
 class NoStopDecoder(LineDecoder):
     """A LineDecoder that never picks the stop token: with max_tokens N it generates exactly N codes.
     For timing (bench `--tokens N`), never for real synthesis."""
@@ -208,20 +73,6 @@ class NoStopDecoder(LineDecoder):
         logits = np.array(logits, dtype=np.float32, copy=True)
         logits[:, self.params.stop_token] = -np.inf
         return super().step(logits)
-
-
-def resolve_preset(manifest: Manifest, preset: Preset | str | Path | None, folder: Path) -> Preset:
-    """The run-time preset: the given one (its build keys must equal the engine's), else the engine's own."""
-    if preset is None:
-        try:
-            p = load_preset(manifest.preset)
-        except UsageError:
-            # A preset file that is not shipped: the engine's build keys stand, run keys take defaults.
-            return Preset(name=manifest.preset)
-    else:
-        p = preset if isinstance(preset, Preset) else load_preset(preset)
-    check_preset_matches(manifest, p.name, p.build_keys(), folder)
-    return p
 
 
 # A line's GPT input as `IndexTTS2Engine.prefix` makes it: the embedded prefix for the ONNX trunk, or
@@ -255,8 +106,9 @@ def _pad_stack(rows: Sequence[np.ndarray], axis: int = 0, value: float = 0.0) ->
 # ---------------------------------------------------------------------------------------------- engine
 
 
-class IndexTTS2Engine:
-    """The stage API over one engine folder. Sessions open on first use (`open_all` to force)."""
+class IndexTTS2Engine(VoiceFlow, SessionVoiceStages):
+    """The stage API over one engine folder. Sessions open on first use (`open_all` to force); each
+    through the backend registry, by the backend its manifest entry names."""
 
     def __init__(
         self, folder: Path, manifest: Manifest, preset: Preset, options: SessionOptions | None = None
@@ -269,36 +121,19 @@ class IndexTTS2Engine:
         cfg = manifest.config
         g = cfg["gpt"]
         self.layers, self.heads, self.model_dim = int(g["layers"]), int(g["heads"]), int(g["model_dim"])
-        s2 = cfg["s2mel"]
-        self.mel_params = feat.MelParams(
-            sr=int(s2["sr"]),
-            n_fft=int(s2["n_fft"]),
-            win_length=int(s2["win_length"]),
-            hop_length=int(s2["hop_length"]),
-            n_mels=int(s2["n_mels"]),
-            fmin=float(s2.get("fmin") or 0.0),
-            fmax=None if s2.get("fmax") in (None, "None") else float(s2["fmax"]),
-        )
-        self.code_to_frames = float(s2["code_to_frames"])
+        self.mel_params = feat.MelParams.from_manifest(cfg["s2mel"])
+        self.code_to_frames = float(cfg["s2mel"]["code_to_frames"])
         self.hop = int(cfg["vocoder"]["hop"])
         self.sample_rate = int(cfg["vocoder"]["sampling_rate"])
-        self.tokens = dec.GPTTokens(
-            start_text=int(g.get("start_text_token", 0)),
-            stop_text=int(g.get("stop_text_token", 1)),
-            start_mel=int(g["start_mel_token"]),
-            stop_mel=int(g.get("stop_mel_token", int(g["start_mel_token"]) + 1)),
-        )
-        self.emo_num = tuple(int(x) for x in cfg.get("emo_num", emo.EMO_NUM))
-        self._sessions: dict[str, Session] = {}
+        self.tokens = gpt_tokens(g)
+        self.sessions = FolderSessions(folder, manifest, self.options)
         self._emb: dec.HostEmbeddings | None = None
         self._decoder: dec.GPTDecoder | InplaceGPTDecoder | None = None
         self._trtllm: TrtllmGPT | None = None
-        self.trtllm_gpt = GPT_TRTLLM in manifest.components
+        self.trtllm_gpt = self.sessions.gpt == GPT_TRTLLM  # read by the GPT stage methods
         self._mats: emo.EmotionMatrices | None = None
         self._text: Any = None
         self._cfm_cache: dict[tuple[int, float, str, str], Any] = {}
-        self._voice_side: ThreadPoolExecutor | None = None
-        self._open_lock = threading.Lock()
 
     # ------------------------------------------------------------------------------- loading
 
@@ -319,48 +154,14 @@ class IndexTTS2Engine:
         return self.manifest.identity()
 
     def session(self, name: str) -> Session:
-        s = self._sessions.get(name)
-        if s is not None:
-            return s
-        with self._open_lock:  # a voice's two chains may ask for the same session at once
-            s = self._sessions.get(name)
-            return s if s is not None else self._open(name)
-
-    def _open(self, name: str) -> Session:
-        comp = self.manifest.components[name]
-        opts = self.options
-        if name == GPT_TRUNK:
-            # the trunk runs back to back (one call per generated token): its workers may keep spinning
-            opts = replace(opts, spin_after_run=True)
-        elif name in VOICE_CHAIN_SESSIONS and self.voice_chains_side_by_side:
-            opts = replace(opts, threads=max(1, opts.resolved_threads() // 2))
-        s = open_session(self.folder / comp.file, comp.backend, opts)
-        want_in, want_out = required_io(self.layers, trtllm_gpt=self.trtllm_gpt)[name]
-        have_in = {i.name for i in s.inputs}
-        have_out = {o.name for o in s.outputs}
-        if not io_matches(name, self.layers, have_in, have_out):
-            raise EngineMismatchError(
-                f"{self.folder / comp.file}: component {name!r} has inputs {sorted(have_in)} and "
-                f"outputs {sorted(have_out)}; this runtime feeds {list(want_in)} and reads "
-                f"{list(want_out)}",
-                hint="rebuild the engine with this version of `fasttts build`",
-            )
-        self._sessions[name] = s
-        return s
+        return self.sessions.get(name)
 
     @property
     def voice_chains_side_by_side(self) -> bool:
-        """Whether a voice's speaker and emotion chains run concurrently (CPU sessions, >= 2 threads)."""
-        cpu = all(
-            self.manifest.components[n].backend == "onnxruntime-cpu"
-            for n in VOICE_CHAIN_SESSIONS
-            if n in self.manifest.components
-        )
-        return cpu and self.options.resolved_threads() >= 2
+        return self.sessions.voice_chains_side_by_side
 
     def open_all(self) -> None:
-        for name in required_io(self.layers, trtllm_gpt=self.trtllm_gpt):
-            self.session(name)
+        self.sessions.open_all()
 
     def file(self, key: str) -> Path:
         return self.folder / self.manifest.files[key]
@@ -411,11 +212,7 @@ class IndexTTS2Engine:
     @property
     def emotion_matrices(self) -> emo.EmotionMatrices:
         if self._mats is None:
-            self._mats = emo.EmotionMatrices(
-                spk=np.load(self.file(SPK_MATRIX), allow_pickle=False).astype(np.float32),
-                emo=np.load(self.file(EMO_MATRIX), allow_pickle=False).astype(np.float32),
-                counts=self.emo_num,
-            )
+            self._mats = emotion_matrices(self.folder, self.manifest)
         return self._mats
 
     @property
@@ -424,156 +221,12 @@ class IndexTTS2Engine:
         return self.embeddings.max_codes
 
     def close(self) -> None:
-        if self._voice_side is not None:
-            self._voice_side.shutdown(wait=True)
-            self._voice_side = None
-        self._sessions.clear()
+        self._close_voice_side()
+        self.sessions.close()
         self._decoder = None
         if self._trtllm is not None:
             self._trtllm.close()
             self._trtllm = None
-
-    # ------------------------------------------------------------------------------- stage 1: audio
-
-    def speaker_audio(self, path: Path | str) -> feat.SpeakerAudio:
-        """Stage 1.1: 22.05 kHz (soxr HQ, cut to the preset's max_ref_seconds) and 16 kHz (sinc)."""
-        return feat.load_speaker_audio(path, self.preset.limits.max_ref_seconds)
-
-    def emotion_audio(self, path: Path | str) -> np.ndarray:
-        """Stage 1.8: the emotion path loads straight to 16 kHz (not via 22.05 kHz)."""
-        return feat.load_emotion_audio(path, self.preset.limits.max_ref_seconds)
-
-    def w2v_bert(self, audio_16k: np.ndarray) -> np.ndarray:
-        """Stages 1.2-1.3: (T, 1024) normalised hidden_states[17] of one 16 kHz waveform."""
-        with self.times.time("w2v_bert"):
-            x, mask = feat.w2v_bert_features(audio_16k)
-            out = self.session(W2V_BERT).run(["spk_cond_emb"], {"input_features": x, "attention_mask": mask})
-        return out["spk_cond_emb"][0, : int(mask[0].sum())]
-
-    def codec_quantize(self, spk_cond_emb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Stage 1.4: (codes (T,), S_ref (T, 1024))."""
-        x = np.asarray(spk_cond_emb, np.float32)[None]
-        out = self.session(CODEC_QUANTIZE).run(
-            ["indices", "quantized"], {"features": x, "mask": np.ones(x.shape[:2], np.int64)}
-        )
-        return out["indices"][0], out["quantized"][0]
-
-    def ref_mel(self, audio_22k: np.ndarray) -> np.ndarray:
-        """Stage 1.5: (n_mels, floor(N / hop)) log-mel, the CFM prompt."""
-        return feat.log_mel(audio_22k, self.mel_params)
-
-    def style(self, audio_16k: np.ndarray) -> np.ndarray:
-        """Stage 1.6: CAMPPlus style (style_dim,) from the mean-normalised Kaldi fbank."""
-        with self.times.time("speaker_features"):
-            _, fbank = feat.campplus_fbank(audio_16k)
-            return self.session(CAMPPLUS).run(["style"], {"fbank": fbank[None]})["style"][0]
-
-    def length_regulator(self, x: np.ndarray, y_len: int) -> np.ndarray:
-        """Stage 1.7 (prompt condition): (T, 1024) -> (y_len, C), nearest upsampling + conv stack."""
-        x = np.asarray(x, np.float32)[None]
-        out = self.session(LENGTH_REGULATOR).run(
-            ["y"],
-            {"x": x, "x_lens": np.array([x.shape[1]], np.int64), "y_lens": np.array([y_len], np.int64)},
-        )
-        return out["y"][0]
-
-    def features(self, audio: feat.SpeakerAudio) -> SpeakerFeatures:
-        """Stages 1.2-1.7 for a speaker reference."""
-        spk = self.w2v_bert(audio.audio_16k)
-        s_ref, mel, prompt = self._prompt_features(audio, spk)
-        return SpeakerFeatures(spk, s_ref, mel, self.style(audio.audio_16k), prompt)
-
-    def _prompt_features(
-        self, audio: feat.SpeakerAudio, spk_cond_emb: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(S_ref, ref_mel, prompt_condition): the CFM prompt side of a speaker reference."""
-        with self.times.time("speaker_features"):
-            _, s_ref = self.codec_quantize(spk_cond_emb)
-            mel = self.ref_mel(audio.audio_22k)
-            return s_ref, mel, self.length_regulator(s_ref, mel.shape[1])
-
-    # ------------------------------------------------------------------------------- stage 3: GPT
-
-    def _cond_lengths(self, t: int, width: int) -> np.ndarray:
-        # The original passes the feature width (1024) as the length: nothing is masked for T <= 1024.
-        return np.array([min(t, width)], np.int64)
-
-    def speaker_conditioning(self, spk_cond_emb: np.ndarray) -> np.ndarray:
-        """Stage 3.2: (T, 1024) -> speaker latents (num_latents, D)."""
-        x = np.asarray(spk_cond_emb, np.float32)
-        with self.times.time("conditioners"):
-            out = self.session(SPEAKER_CONDITIONER).run(
-                ["latents"], {"features": x[None], "lengths": self._cond_lengths(*x.shape)}
-            )
-        return out["latents"][0]
-
-    def emovec_of(self, cond_emb: np.ndarray) -> np.ndarray:
-        """get_emovec: (T, 1024) -> (D,)."""
-        x = np.asarray(cond_emb, np.float32)
-        with self.times.time("conditioners"):
-            out = self.session(EMOTION_CONDITIONER).run(
-                ["emovec"], {"features": x[None], "lengths": self._cond_lengths(*x.shape)}
-            )
-        return out["emovec"][0]
-
-    def emotion_vector(
-        self, emo_cond_emb: np.ndarray, spk_cond_emb: np.ndarray, alpha: float = 1.0
-    ) -> np.ndarray:
-        """Stage 3.1: merge_emovec = base + alpha (emo - base), base from the speaker features."""
-        return self._merge_emovec(self.emovec_of(emo_cond_emb), spk_cond_emb, alpha)
-
-    def _merge_emovec(self, emo_vec: np.ndarray, spk_cond_emb: np.ndarray, alpha: float) -> np.ndarray:
-        if alpha == 1.0:
-            # base + (emo - base) is emo up to one rounding step: skip the speaker-side emotion
-            # conditioner (about 10% of a voice's preparation) in the default case.
-            return emo_vec
-        base = self.emovec_of(spk_cond_emb)
-        return emo.blend_emovec(base[None], emo_vec[None], alpha)[0]
-
-    def emotion_vector_mode(
-        self, style: np.ndarray, weights: Sequence[float], emovec: np.ndarray, alpha: float = 1.0
-    ) -> np.ndarray:
-        """Stage 3.3: the 8-value emotion vector (scaled by clamp(alpha, 0, 1)) mixed into emovec (D,)."""
-        w = emo.scale_weights(weights, alpha)
-        _, _, out = emo.emotion_vector_mode(style, w, np.asarray(emovec)[None], self.emotion_matrices)
-        return out[0]
-
-    def voice_conditioning(
-        self,
-        speaker: feat.SpeakerAudio,
-        emotion_16k: np.ndarray,
-        *,
-        alpha: float = 1.0,
-        vector: Sequence[float] | None = None,
-    ) -> VoiceConditioning:
-        """All of a voice's conditioning. `emotion_16k`: the emotion reference on the emotion path (the
-        speaker file itself by default). With `vector`, the original drops the emotion reference (the
-        speaker audio with alpha 1 stands in) and scales the vector by alpha instead."""
-        blend = 1.0 if vector is not None else alpha
-        side = self._side_chain(emotion_16k, speaker.audio_16k) if self.voice_chains_side_by_side else None
-        spk = self.w2v_bert(speaker.audio_16k)
-        latents = self.speaker_conditioning(spk)
-        _, mel, prompt = self._prompt_features(speaker, spk)
-        emo_vec, style = side.result() if side else self._side_work(emotion_16k, speaker.audio_16k)
-        emovec = self._merge_emovec(emo_vec, spk, blend)
-        if vector is not None:
-            emovec = self.emotion_vector_mode(style, vector, emovec, alpha)
-        return VoiceConditioning(latents, emovec, style, mel, prompt)
-
-    def _side_chain(
-        self, emotion_16k: np.ndarray, speaker_16k: np.ndarray
-    ) -> Future[tuple[np.ndarray, np.ndarray]]:
-        """The emotion chain, then CAMPPlus, on the side thread while the main thread does the rest of
-        the speaker chain. CAMPPlus needs only the audio; it goes to the side because the speaker's own
-        tail (conditioner, codec, length regulator) is the longer one: 0.57 s against 0.42 s after the
-        w2v-BERT passes, full size, on 1 thread each."""
-        if self._voice_side is None:
-            self._voice_side = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fasttts-voice")
-        return self._voice_side.submit(self._side_work, emotion_16k, speaker_16k)
-
-    def _side_work(self, emotion_16k: np.ndarray, speaker_16k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(emotion conditioner's emovec, CAMPPlus style)."""
-        return self.emovec_of(self.w2v_bert(emotion_16k)), self.style(speaker_16k)
 
     def prefix(self, spk_latents: np.ndarray, emovec: np.ndarray, text_ids: Sequence[int]) -> GPTPrompt:
         """Stage 3.4: (num_latents + 2 + L + 2, D); with the GPT on TensorRT-LLM, the same line as the
@@ -805,71 +458,6 @@ class IndexTTS2Engine:
         x = self.cfm(inp, z, steps, cfg_rate, schedule, cache_level)
         mels = [x[b, :, int(inp.prompt_lens[b]) : int(inp.x_lens[b])] for b in range(len(voices))]
         return self.vocode(mels)
-
-
-def load_text_front_end(folder: Path, manifest: Manifest, preset: Preset | None = None) -> Any:
-    """The tokenizer + segmenter from the engine folder alone (no sessions)."""
-    from fasttts_cli.indextts2.text import TextFrontEnd
-
-    limit = int(manifest.config["gpt"]["max_text_tokens"])
-    if preset is not None:
-        limit = min(limit, int(preset.limits.max_text_tokens))
-    return TextFrontEnd.load(folder / manifest.files[BPE_MODEL], max_text_tokens=limit)
-
-
-def check_manifest(manifest: Manifest, folder: Path) -> None:
-    """Refuse an engine this runtime cannot drive; the message names every mismatch."""
-    problems: list[str] = []
-    if str(manifest.model_version) not in SUPPORTED_MODEL_VERSIONS:
-        problems.append(
-            f"model_version {manifest.model_version!r} "
-            f"(this runtime runs {', '.join(SUPPORTED_MODEL_VERSIONS)})"
-        )
-    cfg = manifest.config or {}
-    for section, keys in _CONFIG_KEYS.items():
-        sec = cfg.get(section)
-        if not isinstance(sec, Mapping):
-            problems.append(f"config.{section} is missing")
-            continue
-        problems += [f"config.{section}.{k} is missing" for k in keys if k not in sec]
-    if problems:
-        raise EngineMismatchError(f"{folder / 'manifest.json'}: " + "; ".join(problems))
-    layers = int(cfg["gpt"]["layers"])
-    trtllm = manifest.components.get(GPT_TRTLLM)
-    if trtllm is not None:
-        if trtllm.backend != "tensorrt-llm":
-            problems.append(f"component {GPT_TRTLLM!r} backend {trtllm.backend!r} (runs: tensorrt-llm)")
-        if not (folder / trtllm.file).is_dir():
-            problems.append(f"component {GPT_TRTLLM!r}: folder {trtllm.file!r} is missing")
-    for name, (ins, outs) in required_io(layers, trtllm_gpt=trtllm is not None).items():
-        comp = manifest.components.get(name)
-        if comp is None:
-            problems.append(f"component {name!r} is missing")
-            continue
-        if comp.backend not in SUPPORTED_BACKENDS:
-            problems.append(
-                f"component {name!r} backend {comp.backend!r} (runs: {', '.join(SUPPORTED_BACKENDS)})"
-            )
-        outs_have = set(comp.outputs) if comp.outputs else None
-        if comp.inputs and not io_matches(name, layers, set(comp.inputs), outs_have):
-            problems.append(
-                f"component {name!r} inputs {sorted(comp.inputs)} / outputs {sorted(comp.outputs)}, "
-                f"expected {sorted(ins)} / {sorted(outs)}"
-            )
-    needed = [Path(f).stem for f in dec.TABLE_FILES.values()] + [
-        W2V_MEAN,
-        W2V_VAR,
-        SPK_MATRIX,
-        EMO_MATRIX,
-        BPE_MODEL,
-    ]
-    problems += [f"file {k!r} is not listed" for k in needed if k not in manifest.files]
-    if problems:
-        raise EngineMismatchError(
-            f"{folder / 'manifest.json'}: this engine does not match the IndexTTS-2 runtime: "
-            + "; ".join(problems),
-            hint="rebuild it with this version of `fasttts build`",
-        )
 
 
 def segment_seed_generator(seed: int, segment: int) -> np.random.Generator:

@@ -325,10 +325,10 @@ class MelParams:
 
     @classmethod
     def from_config(cls, s2mel_cfg: dict) -> MelParams:
+        """From config.yaml's s2mel section (preprocess_params.spect_params)."""
         pp = s2mel_cfg.get("preprocess_params", {})
         sp = pp.get("spect_params", {})
-        fmax = sp.get("fmax")
-        fmax = None if fmax in (None, "None", "none", "null") else float(fmax)
+        fmax = _none_or_float(sp.get("fmax"))
         return cls(
             sr=int(pp.get("sr", SR_MEL)),
             n_fft=int(sp.get("n_fft", 1024)),
@@ -338,6 +338,24 @@ class MelParams:
             fmin=float(sp.get("fmin", 0) or 0),
             fmax=fmax,
         )
+
+    @classmethod
+    def from_manifest(cls, s2: dict) -> MelParams:
+        """From an engine manifest's flat `config.s2mel` (export.model_constants)."""
+        return cls(
+            sr=int(s2["sr"]),
+            n_fft=int(s2["n_fft"]),
+            win_length=int(s2["win_length"]),
+            hop_length=int(s2["hop_length"]),
+            n_mels=int(s2["n_mels"]),
+            fmin=float(s2.get("fmin") or 0.0),
+            fmax=_none_or_float(s2.get("fmax")),
+        )
+
+
+def _none_or_float(v: object) -> float | None:
+    """A config's fmax: None (Nyquist) however YAML / JSON spelt it, else a number."""
+    return None if v in (None, "None", "none", "null") else float(v)  # type: ignore[arg-type]
 
 
 def log_mel(audio_22k: np.ndarray, p: MelParams | None = None) -> np.ndarray:

@@ -8,7 +8,7 @@ No second model definition lives here: every function runs the weights of `fastt
   graphs         CUDA graph capture/replay per bucket (eager fallback on CPU, same interface)
   decode_torch   batched AR decoding, forced decoding and the teacher-forced latent pass
   s2mel_torch    batched CFG Euler CFM (DiT step graph per length bucket) and the batched vocoder
-  engine_torch   the stage API of `indextts2.engine` from a checkpoint directory
+  engine_torch   the stage API (backends.stages) from a checkpoint directory; voice flow: indextts2.voice
   synthesizer    `TorchSynthesizer`, the Synthesizer protocol for the dubbing pipeline
   parity_torch   stage parity against the original's vectors (CPU tests and the GPU acceptance)
   random_model   full-size / tiny random-weight modules built in-process (bench, tests)

@@ -1,12 +1,12 @@
 """The IndexTTS-2 stage API on PyTorch, from a checkpoint directory (no engine folder needed).
 
-`TorchEngine` offers the members of `indextts2.engine.IndexTTS2Engine` that the synthesizer drives
-(`speaker_audio`, `emotion_audio`, `voice_conditioning`, `prefix`, `generate`, `codes_to_wavs`, `text`,
-`tokens`, `max_codes`, `times`, `identity`), so `IndexTTS2Synthesizer`'s segmenting, batching, per-line
-seeds and error handling serve this backend unchanged. The audio front end, text front end, emotion
-math, Euler time grid and noise generators are the numpy runtime's own functions; the networks are the
-build-side modules, run by `decode_torch` (GPT), `s2mel_torch` (CFM, BigVGAN) and directly (w2v-BERT to
-layer 17, codec, CAMPPlus, conditioners: once per voice, fp32, cached by the synthesizer).
+`TorchEngine` implements the stage API of `backends.stages` (`EngineStages`, and `VoiceStages` for a
+voice's networks), so `IndexTTS2Synthesizer`'s segmenting, batching, per-line seeds and error handling
+serve this backend unchanged, and a voice's conditioning is `indextts2.voice.VoiceFlow`, the same flow
+as the ONNX engine's. The audio front end, text front end, emotion math, Euler time grid and noise
+generators are the numpy runtime's own functions; the networks are the build-side modules, run by
+`decode_torch` (GPT), `s2mel_torch` (CFM, BigVGAN) and directly (w2v-BERT to layer 17, codec, CAMPPlus,
+length regulator, conditioners: once per voice, fp32, cached by the synthesizer).
 
 Precision comes from the preset: `components.gpt.precision` for the GPT trunk (fp32/fp16/bf16),
 `components.dit.precision` for the DiT; BigVGAN and the per-voice networks run fp32 (TF32 on CUDA).
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -25,18 +25,21 @@ import numpy as np
 import torch
 
 from fasttts_cli import __version__
+from fasttts_cli.backends.stages import StageTimes
 from fasttts_cli.errors import UsageError
 from fasttts_cli.indextts2 import decode as dec
 from fasttts_cli.indextts2 import emotion as emo
 from fasttts_cli.indextts2 import features as feat
-from fasttts_cli.indextts2.engine import StageTimes, VoiceConditioning
 from fasttts_cli.indextts2.sampling import Decoded, SamplingParams
+from fasttts_cli.indextts2.voice import VoiceConditioning, VoiceFlow, cond_lengths
 from fasttts_cli.presets import Preset, load_preset
 from fasttts_cli.torch_backend.decode_torch import DecodeSettings, TorchGPT
 from fasttts_cli.torch_backend.s2mel_torch import S2MelSettings, TorchS2Mel, TorchVocoder
 
 BACKEND = "torch"
-TORCH_CODE_REV = 1
+# 2: the voice flow is the ONNX engine's: at alpha 1 the emovec is the emotion conditioner's own
+# (not base + 1 * (emo - base), one rounding step away), so cached voices are made anew.
+TORCH_CODE_REV = 2
 _DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
@@ -73,8 +76,10 @@ def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-class TorchEngine:
+class TorchEngine(VoiceFlow):
     """Stage API over loaded modules (see the module docstring)."""
+
+    voice_chains_side_by_side = False  # one device stream: the chains gain nothing from two threads
 
     def __init__(self, modules: Any, preset: Preset, *, device: torch.device | str | None = None) -> None:
         self.modules = modules
@@ -172,58 +177,46 @@ class TorchEngine:
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
 
-    # ------------------------------------------------------------------------------- voice
-
-    def speaker_audio(self, path: Path | str) -> feat.SpeakerAudio:
-        return feat.load_speaker_audio(path, self.preset.limits.max_ref_seconds)
-
-    def emotion_audio(self, path: Path | str) -> np.ndarray:
-        return feat.load_emotion_audio(path, self.preset.limits.max_ref_seconds)
+    # ------------------------------------------------------------------------------- voice stages
+    # (VoiceStages on the modules, fp32; voice.VoiceFlow chains them)
 
     @torch.inference_mode()
     def w2v_bert(self, audio_16k: np.ndarray) -> np.ndarray:
         """(T, 1024) normalised hidden_states[17] (the model is built only to layer 17)."""
         with self.times.time("w2v_bert"):
             x, mask = feat.w2v_bert_features(audio_16k)
-            out = self.w2v(torch.from_numpy(x).to(self.device), torch.from_numpy(mask).to(self.device))
+            out = self.w2v(self._tensor(x), self._tensor(mask))
         return out[0, : int(mask[0].sum())].float().cpu().numpy()
 
     @torch.inference_mode()
-    def voice_conditioning(
-        self,
-        speaker: feat.SpeakerAudio,
-        emotion_16k: np.ndarray,
-        *,
-        alpha: float = 1.0,
-        vector: Sequence[float] | None = None,
-    ) -> VoiceConditioning:
-        """As `IndexTTS2Engine.voice_conditioning`, on the torch modules (fp32)."""
-        dev = self.device
-        uv = self.gpt.uv
-        spk = self.w2v_bert(speaker.audio_16k)
+    def codec_quantize(self, spk_cond_emb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        _, codes, s_ref = self.codec.quantize(self._tensor(spk_cond_emb)[None])
+        return codes[0].cpu().numpy(), s_ref[0].float().cpu().numpy()
+
+    @torch.inference_mode()
+    def style(self, audio_16k: np.ndarray) -> np.ndarray:
         with self.times.time("speaker_features"):
-            x = torch.from_numpy(spk).to(dev)[None]
-            _, _, s_ref = self.codec.quantize(x)
-            mel = feat.log_mel(speaker.audio_22k, self.mel_params)
-            _, fbank = feat.campplus_fbank(speaker.audio_16k)
-            style = self.campplus(torch.from_numpy(fbank).to(dev)[None])[0].float().cpu().numpy()
-            prompt = self.s2mel.prompt_condition(s_ref[0], mel.shape[1]).cpu().numpy()
-        emo16 = self.w2v_bert(emotion_16k)
+            _, fbank = feat.campplus_fbank(audio_16k)
+            return self.campplus(self._tensor(fbank)[None])[0].float().cpu().numpy()
+
+    @torch.inference_mode()
+    def length_regulator(self, x: np.ndarray, y_len: int) -> np.ndarray:
+        return self.s2mel.prompt_condition(self._tensor(x), y_len).cpu().numpy()
+
+    def speaker_conditioning(self, spk_cond_emb: np.ndarray) -> np.ndarray:
+        return self._conditioner(self.gpt.uv.speaker_latents, spk_cond_emb)
+
+    def emovec_of(self, cond_emb: np.ndarray) -> np.ndarray:
+        return self._conditioner(self.gpt.uv.emovec_of, cond_emb)
+
+    @torch.inference_mode()
+    def _conditioner(self, net: Callable[..., torch.Tensor], features: np.ndarray) -> np.ndarray:
         with self.times.time("conditioners"):
+            lengths = self._tensor(cond_lengths(*features.shape))
+            return net(self._tensor(features)[None], lengths)[0].float().cpu().numpy()
 
-            def lengths(a: np.ndarray) -> torch.Tensor:
-                # the original passes the feature width as the length: nothing masked for T <= 1024
-                return torch.tensor([min(a.shape[0], a.shape[1])], device=dev)
-
-            latents = uv.speaker_latents(x, lengths(spk))[0].float().cpu().numpy()
-            base = uv.emovec_of(x, lengths(spk))[0].float().cpu().numpy()
-            e = uv.emovec_of(torch.from_numpy(emo16).to(dev)[None], lengths(emo16))[0].float().cpu().numpy()
-        emovec = emo.blend_emovec(base[None], e[None], 1.0 if vector is not None else alpha)[0]
-        if vector is not None:
-            w = emo.scale_weights(vector, alpha)
-            _, _, out = emo.emotion_vector_mode(style, w, emovec[None], self.emotion_matrices)
-            emovec = out[0]
-        return VoiceConditioning(latents, emovec, style, mel, prompt)
+    def _tensor(self, a: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(a)).to(self.device)
 
     # ------------------------------------------------------------------------------- GPT
 

@@ -32,7 +32,7 @@ class TorchSynthesizer(IndexTTS2Synthesizer):
     clones_voice = True
 
     def __init__(self, engine: TorchEngine, cache: VoiceCache | None = None) -> None:
-        super().__init__(engine, cache)  # type: ignore[arg-type]  # TorchEngine offers the same stage API
+        super().__init__(engine, cache)  # type: ignore[arg-type]  # both implement backends.stages.EngineStages
 
     @classmethod
     def load(  # type: ignore[override]
