@@ -41,7 +41,8 @@ from typing import Any
 import numpy as np
 
 from fasttts_cli.errors import UsageError
-from fasttts_cli.tools.bench_common import SR_OUT, BenchOptions, finish_row, peak_rss_mb, random_text, timed
+from fasttts_cli.tools import bench_common as common
+from fasttts_cli.tools.bench_common import BenchOptions, StageTimes, finish_row
 from fasttts_cli.tools.bench_table import format_table, to_json
 
 __all__ = ["BenchOptions", "format_table", "median_of_runs", "run_bench", "to_json", "write_bench_voice"]
@@ -83,14 +84,14 @@ def bench_ours(
     from fasttts_cli.indextts2.engine import IndexTTS2Engine
 
     e = IndexTTS2Engine.load(engine_dir, opts.preset, opts.threads)
-    t_open, _ = timed(e.open_all)
+    t_open, _ = common.timed(e.open_all)
     speaker, emo16 = e.speaker_audio(voice), e.emotion_audio(voice)
-    t_cold, _ = timed(lambda: e.voice_conditioning(speaker, emo16))  # first run: ORT warm-up included
-    t_voice, cond = timed(lambda: e.voice_conditioning(speaker, emo16))
+    t_cold, _ = common.timed(lambda: e.voice_conditioning(speaker, emo16))  # first run: ORT warm-up included
+    t_voice, cond = common.timed(lambda: e.voice_conditioning(speaker, emo16))
     rng = np.random.default_rng(opts.seed)
     vocab = min(e.text.vocab_size, e.embeddings.text_embedding.shape[0])
     b_max = max(opts.batches)
-    texts = [random_text(rng, opts.text_tokens, vocab) for _ in range(b_max)]
+    texts = [common.random_text(rng, opts.text_tokens, vocab) for _ in range(b_max)]
     prefixes = [e.prefix(cond.spk_latents, cond.emovec, t) for t in texts]
     steps = e.preset.s2mel.steps
     n = min(opts.tokens, e.max_codes)
@@ -106,7 +107,7 @@ def bench_ours(
             progress(f"ours: batch {b}")
         out["batches"][b] = _bench_batch(e, opts, cond, prefixes[:b], n, steps)
     out["s2mel_steps"] = steps
-    out["peak_rss_mb"] = peak_rss_mb()
+    out["peak_rss_mb"] = common.peak_rss_mb()
     e.close()
     return out
 
@@ -127,42 +128,37 @@ def _bench_batch(
             pre, replace(p1, max_tokens=3), [segment_seed_generator(i, 0) for i in range(b)], ignore_stop=True
         )
         gens = [segment_seed_generator(i, 0) for i in range(b)]
-        t1, _ = timed(lambda p=p1, g=gens: e.generate(pre, p, g, ignore_stop=True))
+        t1, _ = common.timed(lambda p=p1, g=gens: e.generate(pre, p, g, ignore_stop=True))
         gens = [segment_seed_generator(i, 0) for i in range(b)]
         pn = replace(p1, max_tokens=n)
-        tn, dec = timed(lambda p=pn, g=gens: e.generate(pre, p, g, ignore_stop=True))
+        tn, dec = common.timed(lambda p=pn, g=gens: e.generate(pre, p, g, ignore_stop=True))
         row["prefill_s"] = min(row.get("prefill_s", t1), t1)  # prefill (+ one sampling step)
         row["ms_per_token"][k] = 1000 * (tn - t1) / max(1, n - 1)
         row["generate_s"][k] = tn
     codes = [d.codes for d in dec]
-    t_lat, lat = timed(lambda: e.latent(pre, codes))
+    t_lat, lat = common.timed(lambda: e.latent(pre, codes))
     # s2mel and the vocoder in the engine's grouping (codes_to_wavs: s2mel.rows_per_call lines a call)
     t_content = t_cfm = t_voc = 0.0
     t_len, wavs = 0, []
     size = e.s2mel_rows(b)
     for lo in range(0, b, size):
         rows = range(lo, min(b, lo + size))
-        dt, (cnd, ylens) = timed(lambda r=rows: e.s2mel_content([lat[i] for i in r], [codes[i] for i in r]))
+        dt, (cnd, ylens) = common.timed(
+            lambda r=rows: e.s2mel_content([lat[i] for i in r], [codes[i] for i in r])
+        )
         t_content += dt
         inp = e.cfm_inputs([cond] * len(rows), cnd, ylens)
         n = int(inp.x_lens.max())
         t_len = max(t_len, n)
         z = np.stack([e.cfm_noise(noise_generator(i, 0), n) for i in rows])
-        dt, x = timed(lambda i=inp, z=z: e.cfm(i, z, opts.s2mel_steps_timed, e.preset.s2mel.cfg_rate))
+        dt, x = common.timed(lambda i=inp, z=z: e.cfm(i, z, opts.s2mel_steps_timed, e.preset.s2mel.cfg_rate))
         t_cfm += dt
         mels = [x[j, :, int(inp.prompt_lens[j]) : int(inp.x_lens[j])] for j in range(len(rows))]
-        dt, w = timed(lambda m=mels: e.vocode(m))
+        dt, w = common.timed(lambda m=mels: e.vocode(m))
         t_voc += dt
         wavs += w
-    stages = {
-        "latent_s": t_lat,
-        "content_s": t_content,
-        "cfm_s": t_cfm,
-        "cfm_frames": t_len,
-        "vocoder_s": t_voc,
-    }
-    stages["audio_s"] = sum(w.size for w in wavs) / SR_OUT
-    return finish_row(row, opts.beams, b, steps, opts.s2mel_steps_timed, stages)
+    t = StageTimes(t_lat, t_content, t_cfm, t_len, t_voc, sum(w.size for w in wavs) / common.SR_OUT)
+    return finish_row(row, opts.beams, b, steps, opts.s2mel_steps_timed, t)
 
 
 # --------------------------------------------------------------------------------------------- driver

@@ -48,27 +48,38 @@ def random_text(rng: np.random.Generator, n: int, vocab: int) -> list[int]:
     return [int(x) for x in rng.integers(3, max(4, vocab), n)]
 
 
+@dataclass(frozen=True)
+class StageTimes:
+    """One measurement's stage seconds after generation; cfm_s covers `timed_steps` Euler steps."""
+
+    latent_s: float
+    content_s: float
+    cfm_s: float
+    cfm_frames: int
+    vocoder_s: float
+    audio_s: float
+
+
 def finish_row(
     row: dict[str, Any],
     beams: Sequence[int],
     lines: int,
     steps: int,
     timed_steps: int,
-    stages: dict[str, float],
+    t: StageTimes,
     **extra: Any,
 ) -> dict[str, Any]:
     """The s2mel figures scaled from `timed_steps` to the preset's `steps`, then batch wall time per beam
-    count (generation already includes its prefill), RTF and lines/s. `stages`: latent_s, content_s,
-    cfm_s (for timed_steps), cfm_frames, vocoder_s, audio_s."""
-    step_s = stages["cfm_s"] / timed_steps
+    count (generation already includes its prefill), RTF and lines/s."""
+    step_s = t.cfm_s / timed_steps
     row.update(
-        latent_s=stages["latent_s"],
-        s2mel_content_s=stages["content_s"],
+        latent_s=t.latent_s,
+        s2mel_content_s=t.content_s,
         s2mel_step_s=step_s,
-        s2mel_s=stages["content_s"] + steps * step_s,
-        cfm_frames=stages["cfm_frames"],
-        vocoder_s=stages["vocoder_s"],
-        audio_s=stages["audio_s"],
+        s2mel_s=t.content_s + steps * step_s,
+        cfm_frames=t.cfm_frames,
+        vocoder_s=t.vocoder_s,
+        audio_s=t.audio_s,
         **extra,
     )
     row["batch_s"], row["rtf"], row["lines_per_s"] = {}, {}, {}

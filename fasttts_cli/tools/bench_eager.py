@@ -7,7 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from fasttts_cli.tools.bench_common import SR_OUT, BenchOptions, finish_row, peak_rss_mb, random_text, timed
+from fasttts_cli.tools import bench_common as common
+from fasttts_cli.tools.bench_common import BenchOptions, StageTimes, finish_row
 
 
 def bench_eager(
@@ -25,7 +26,7 @@ def bench_eager(
     torch.set_grad_enabled(False)
     if opts.threads:
         torch.set_num_threads(opts.threads)
-    t_load, m = timed(lambda: load_checkpoint(checkpoint))
+    t_load, m = common.timed(lambda: load_checkpoint(checkpoint))
     uv, s2 = m.gpt, m.s2mel
     # The original runs every w2v-BERT layer (24 as released) and reads layer 17's output; our engine
     # stops at 17. The eager side pays the original's price, as the targets are stated against it.
@@ -53,11 +54,11 @@ def bench_eager(
         emovec = uv.emotion_vector(emo, spk, 1.0)
         return lat, emovec, style, mel, prompt
 
-    t_cold, _ = timed(voice_prep)
-    t_voice, (lat, emovec, style, mel, prompt) = timed(voice_prep)
+    t_cold, _ = common.timed(voice_prep)
+    t_voice, (lat, emovec, style, mel, prompt) = common.timed(voice_prep)
     rng = np.random.default_rng(opts.seed)
     vocab = int(uv.text_embedding.weight.shape[0])
-    text = torch.tensor([random_text(rng, opts.text_tokens, vocab)])
+    text = torch.tensor([common.random_text(rng, opts.text_tokens, vocab)])
     n = min(opts.tokens, uv.cfg.mel_pos_rows - 2)
     c = uv.cfg
     out: dict[str, Any] = {
@@ -93,36 +94,29 @@ def bench_eager(
 
     for k in opts.beams:
         generate(k, 3)  # untimed warm-up, as on our side
-        t1, _ = timed(lambda k=k: generate(k, 1))
-        tn, codes = timed(lambda k=k: generate(k, n))
+        t1, _ = common.timed(lambda k=k: generate(k, 1))
+        tn, codes = common.timed(lambda k=k: generate(k, n))
         out["prefill_s"] = min(out.get("prefill_s", t1), t1)
         out["ms_per_token"][k] = 1000 * (tn - t1) / max(1, n - 1)
         out.setdefault("generate_s", {})[k] = tn
     codes_t = torch.from_numpy(codes)[None]
-    t_lat, latent = timed(lambda: uv.latent(lat, emovec, text, codes_t))
+    t_lat, latent = common.timed(lambda: uv.latent(lat, emovec, text, codes_t))
     lens = torch.tensor([codes_t.shape[1]])
 
     def content() -> tuple[torch.Tensor, torch.Tensor]:
         vq = m.codec.vq2emb(codes_t)
         return s2.content(latent, vq, lens)
 
-    t_content, (cond, _) = timed(content)
+    t_content, (cond, _) = common.timed(content)
     cat = torch.cat([prompt, cond], dim=1)
     t_len = cat.shape[1]
     z = torch.randn(1, 80, t_len, generator=torch.Generator().manual_seed(opts.seed))
     x_lens = torch.tensor([t_len])
-    t_cfm, (x, _) = timed(
+    t_cfm, (x, _) = common.timed(
         lambda: s2.cfm.solve(
             cat, x_lens, mel, torch.tensor([mel.shape[-1]]), style, z, opts.s2mel_steps_timed, cfg_rate
         )
     )
-    t_voc, wav = timed(lambda: m.bigvgan(x[:, :, mel.shape[-1] :]))
-    stages = {
-        "latent_s": t_lat,
-        "content_s": t_content,
-        "cfm_s": t_cfm,
-        "cfm_frames": t_len,
-        "vocoder_s": t_voc,
-    }
-    stages["audio_s"] = wav.shape[-1] / SR_OUT
-    return finish_row(out, opts.beams, 1, steps, opts.s2mel_steps_timed, stages, peak_rss_mb=peak_rss_mb())
+    t_voc, wav = common.timed(lambda: m.bigvgan(x[:, :, mel.shape[-1] :]))
+    t = StageTimes(t_lat, t_content, t_cfm, t_len, t_voc, wav.shape[-1] / common.SR_OUT)
+    return finish_row(out, opts.beams, 1, steps, opts.s2mel_steps_timed, t, peak_rss_mb=common.peak_rss_mb())

@@ -252,27 +252,27 @@ def run_eager(uv16: Any, s2: Any, bv: Any, w: Workload, tokens: int, steps: int)
     return row
 
 
+# name:attribute:width[.format] of each column of the bench table
+_COLUMNS = (
+    "config:config:11 B:batch:3 prefill_ms:prefill_ms:11.1f ms/token:decode_ms_per_token:9.2f "
+    "gpt_s:gpt_s:8.3f latent_ms:latent_ms:10.1f cfm_ms:cfm_ms:9.1f step_ms:cfm_step_ms:8.2f "
+    "vocoder_ms:vocoder_ms:11.1f total_s:total_s:8.3f RTF:rtf:8.4f xRT:x_realtime:7.1f "
+    "lines/s:lines_per_s:8.2f peak_GB:peak_gb:8.2f"
+)
+
+
 def format_rows(rows: list[BenchRow]) -> str:
-    cols = [
-        ("config", 11, lambda r: r.config),
-        ("B", 3, lambda r: r.batch),
-        ("prefill_ms", 11, lambda r: f"{r.prefill_ms:.1f}"),
-        ("ms/token", 9, lambda r: f"{r.decode_ms_per_token:.2f}"),
-        ("gpt_s", 8, lambda r: f"{r.gpt_s:.3f}"),
-        ("latent_ms", 10, lambda r: f"{r.latent_ms:.1f}"),
-        ("cfm_ms", 9, lambda r: f"{r.cfm_ms:.1f}"),
-        ("step_ms", 8, lambda r: f"{r.cfm_step_ms:.2f}"),
-        ("vocoder_ms", 11, lambda r: f"{r.vocoder_ms:.1f}"),
-        ("total_s", 8, lambda r: f"{r.total_s:.3f}"),
-        ("RTF", 8, lambda r: f"{r.rtf:.4f}"),
-        ("xRT", 7, lambda r: f"{r.x_realtime:.1f}"),
-        ("lines/s", 8, lambda r: f"{r.lines_per_s:.2f}"),
-        ("peak_GB", 8, lambda r: f"{r.peak_gb:.2f}"),
-    ]
-    head = "".join(f"{n:>{w}}" if i else f"{n:<{w}}" for i, (n, w, _) in enumerate(cols))
+    cols = [c.split(":") for c in _COLUMNS.split()]
+
+    def cell(i: int, spec: str, value: Any) -> str:
+        width, _, prec = spec.partition(".")
+        text = format(value, f".{prec}") if prec else str(value)
+        return f"{text:<{width}}" if i == 0 else f"{text:>{width}}"
+
+    head = "".join(cell(i, spec.partition(".")[0], name) for i, (name, _, spec) in enumerate(cols))
     lines = [head, "-" * len(head)]
     for r in rows:
-        lines.append("".join(f"{f(r)!s:>{w}}" if i else f"{f(r)!s:<{w}}" for i, (_, w, f) in enumerate(cols)))
+        lines.append("".join(cell(i, spec, getattr(r, attr)) for i, (_, attr, spec) in enumerate(cols)))
     return "\n".join(lines)
 
 
