@@ -15,6 +15,7 @@ sides alternate and every figure is reported as the median over rounds with its 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import statistics
@@ -89,36 +90,53 @@ def flatten(result: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
-def summarize(runs: Sequence[Mapping[str, float]]) -> dict[str, tuple[float, float]]:
-    """Per figure: (median, spread = (max - min) / median) over the rounds."""
+def summarize(runs: Sequence[Mapping[str, float]]) -> dict[str, tuple[float, float, float]]:
+    """Per figure over the rounds: (median, spread = (max - min) / median, min). On a shared CPU the
+    minimum is the steadier estimate of a figure's own cost: contention only ever adds time."""
     out = {}
     for key in runs[0]:
         vals = [r[key] for r in runs if key in r]
         med = statistics.median(vals)
-        out[key] = (med, (max(vals) - min(vals)) / med if med else 0.0)
+        out[key] = (med, (max(vals) - min(vals)) / med if med else 0.0, min(vals))
     return out
 
 
-def format_comparison(a: Mapping[str, tuple[float, float]], b: Mapping[str, tuple[float, float]]) -> str:
-    rows = [("figure", "A median", "A spread", "B median", "B spread", "B/A")]
+def format_comparison(
+    a: Mapping[str, tuple[float, float, float]], b: Mapping[str, tuple[float, float, float]]
+) -> str:
+    head = ("figure", "A median", "A spread", "A min", "B median", "B spread", "B min", "B/A med", "B/A min")
+    rows = [head]
     for key in a:
         if key not in b:
             continue
-        (ma, sa), (mb, sb) = a[key], b[key]
-        ratio = f"{mb / ma:.3f}" if ma else "-"
-        rows.append((key, f"{ma:.4g}", f"{100 * sa:.1f}%", f"{mb:.4g}", f"{100 * sb:.1f}%", ratio))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join(
+        (ma, sa, na), (mb, sb, nb) = a[key], b[key]
+        rows.append(
+            (
+                key,
+                *(f"{ma:.4g}", f"{100 * sa:.1f}%", f"{na:.4g}", f"{mb:.4g}", f"{100 * sb:.1f}%", f"{nb:.4g}"),
+                f"{mb / ma:.3f}" if ma else "-",
+                f"{nb / na:.3f}" if na else "-",
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    lines = [
         "  ".join(
             c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))
         )
         for r in rows
-    )
+    ]
+    for side, mine, other in (("A", a, b), ("B", b, a)):
+        only = sorted(set(mine) - set(other))
+        if only:
+            lines.append(f"only in {side}: {', '.join(only)}")
+    return "\n".join(lines)
 
 
 def prepare_engine(tree: Tree, work: Path) -> tuple[Path, Path]:
     """The tiny checkpoint and the cpu-fp32 engine, written by this tree's own CLI."""
-    ckpt, engine = work / f"{tree.label}-ckpt", work / f"{tree.label}-engine"
+    # named by the tree, so a kept --work folder never hands one tree's engine to another
+    tag = f"{tree.label}-{hashlib.sha1(str(tree.path).encode()).hexdigest()[:8]}"
+    ckpt, engine = work / f"{tag}-ckpt", work / f"{tag}-engine"
     if not (ckpt / "config.yaml").is_file():
         tree.run(["tiny-checkpoint", str(ckpt)], work)
     if not (engine / "manifest.json").is_file():
