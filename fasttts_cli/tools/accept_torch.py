@@ -255,7 +255,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         table.add(
             "pytest -m gpu tests/test_torch_backend.py",
             False,
-            "CUDA-only tests: no CUDA here",
+            "--skip-unit-tests" if a.skip_unit_tests else "CUDA-only tests: no CUDA here",
             mode="skipped",
         )
     else:
