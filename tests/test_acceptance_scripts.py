@@ -46,7 +46,7 @@ def test_script_is_a_thin_wrapper(script: str) -> None:
     assert not re.search(r"\|\s*tail\b", text), "piping a command through tail hides its exit status"
     assert "<<" not in text, "no heredoc: the program is an importable module"
     assert any(ln.startswith('export PYTHONPATH="$REPO') for ln in code), "the source tree must be importable"
-    assert not re.search(r"(^|[\s\"'])python(\s|$)", "\n".join(code)), "`python` may not exist: use python3"
+    assert not re.search(r"\bpython(?![\w.-])", "\n".join(code)), "`python` may not exist: use python3"
     assert code[-1] == f'exec python3 -m {SCRIPTS[script]} "$@"'
 
 
