@@ -88,3 +88,35 @@ def test_bench_on_tiny_engine(tiny_engine_dir: Path, tiny_checkpoint_dir: Path, 
         assert label in table
     assert '"ours"' in to_json(r)
     assert "median of 2 rounds" in table
+
+
+def test_bench_compare_summarizes_alternating_runs(tmp_path: Path) -> None:
+    """tools/bench_compare.py: the figures it reads from `fasttts bench --json`, median and spread per
+    side, B/A, and that a child really imports fasttts_cli from the tree it is given."""
+    from fasttts_cli.tools import bench_compare as bc
+
+    def result(ms: float) -> dict:
+        row = {
+            "prefill_s": 0.1,
+            "ms_per_token": {"1": ms, "3": 2 * ms},
+            "latent_s": 0.2,
+            "batch_s": {"1": 1.0},
+        }
+        return {"ours": {"load_s": 1.0, "voice_prep_s": 0.5, "batches": {"1": row}}, "eager": None}
+
+    runs = [bc.flatten(result(ms)) for ms in (10.0, 14.0, 12.0)]
+    assert runs[0]["ours b=1 ms_per_token[3]"] == 20.0 and "ours voice_prep_s" in runs[0]
+    s = bc.summarize(runs)
+    assert s["ours b=1 ms_per_token[1]"] == (12.0, pytest.approx(4.0 / 12.0), 10.0)
+    assert s["ours b=1 prefill_s"] == (0.1, 0.0, 0.1)
+    other = [bc.flatten(result(ms)) for ms in (6.0, 7.0, 6.5)]
+    del other[0]["ours b=1 latent_s"], other[1]["ours b=1 latent_s"], other[2]["ours b=1 latent_s"]
+    table = bc.format_comparison(s, bc.summarize(other))
+    line = next(ln for ln in table.splitlines() if ln.startswith("ours b=1 ms_per_token[1]"))
+    assert line.split()[-2:] == ["0.542", "0.600"] and "33.3%" in line  # medians 6.5/12, minimums 6/10
+    assert "only in A: ours b=1 latent_s" in table
+    repo = Path(__file__).resolve().parent.parent
+    bc.Tree("A", repo).check_imported_from(tmp_path)
+    with pytest.raises(RuntimeError, match="not from"):
+        bc.Tree("B", tmp_path).check_imported_from(tmp_path)
+    assert bc.main([str(repo), str(repo), "--rounds", "2"]) == 2

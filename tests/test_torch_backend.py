@@ -447,19 +447,3 @@ def test_cuda_graph_cfm_and_vocoder_equal_eager(s2mel) -> None:
     wb = TorchVocoder(copy.deepcopy(v), device="cuda", settings=S2MelSettings(use_graphs=True))(mels)
     for x, y in zip(wa, wb, strict=True):
         torch.testing.assert_close(x, y, rtol=0, atol=1e-5)
-
-
-@pytest.mark.slow
-def test_bench_runs_tiny_on_cpu(tmp_path) -> None:
-    import json
-
-    from fasttts_cli.torch_backend.bench_gpu import main
-
-    out = tmp_path / "r.json"
-    args = "--size tiny --device cpu --skip-parity --batches 1,2 --tokens 4 --prompt-frames 12 --steps 2"
-    rc = main([*args.split(), "--repeats", "1", "--out", str(out)])
-    rep = json.loads(out.read_text())
-    assert rc == 0
-    rows = {(r["config"], r["batch"]) for r in rep["bench"]}
-    assert rows == {("eager-fp16", 1), ("eager-fp16", 2), ("ours", 1), ("ours", 2), ("ours-3beam", 1)}
-    assert all(r["total_s"] > 0 and r["audio_s"] == pytest.approx(256 * 6 / 22050) for r in rep["bench"])

@@ -12,5 +12,5 @@ No second model definition lives here: every function runs the weights of `fastt
   synthesizer    `TorchSynthesizer`, the Synthesizer protocol for the dubbing pipeline
   parity_torch   stage parity against the original's vectors (CPU tests and the GPU acceptance)
   random_model   full-size / tiny random-weight modules built in-process (bench, tests)
-  bench_gpu      the one-command GPU acceptance and bench (see scripts/gpu-torch-acceptance.sh)
+  (the GPU acceptance and bench: fasttts_cli/tools/accept_torch.py, tools/bench_torch.py)
 """
