@@ -1,0 +1,1 @@
+"""API-faithful fakes of GPU libraries, for CI and --sim-cpu."""
