@@ -66,9 +66,11 @@ class _Gather:
         sess = self._session(elem_type)
         b = sess.io_binding()
         b.bind_ortvalue_input("data", value)
-        b.bind_cpu_input("rows", np.ascontiguousarray(rows, dtype=np.int64))
+        held = np.ascontiguousarray(rows, dtype=np.int64)  # bound by pointer: alive until the run returns
+        b.bind_cpu_input("rows", held)
         b.bind_output("out", self.device, self.device_id)
         sess.run_with_iobinding(b)
+        del held
         return b.get_outputs()[0]
 
 
@@ -183,13 +185,20 @@ class CudaOrtSession:
         if missing:
             raise ValueError(f"{self.path.name}: missing inputs {missing}")
         b = self._sess.io_binding()
+        # A bound CPU input is the array's memory, not a copy (the C++ bind_input wraps the numpy buffer;
+        # onnxruntime 1.32's IOBinding.bind_cpu_input also keeps a reference, _numpy_obj_references, but
+        # that is the wrapper's detail): converted arrays are held here until run_with_iobinding returns.
+        held: list[Any] = []
         for name, v in feeds.items():
             if name not in self._in_dtype:
                 continue
             if isinstance(v, DeviceTensor):
                 b.bind_ortvalue_input(name, v.value)
+                held.append(v)
             else:
-                b.bind_cpu_input(name, np.ascontiguousarray(v, dtype=self._in_dtype[name]))
+                a = np.ascontiguousarray(v, dtype=self._in_dtype[name])
+                held.append(a)
+                b.bind_cpu_input(name, a)
         names = list(outputs) if outputs is not None else [o.name for o in self._outputs]
         for name in names:
             if name in self.device_outputs:
@@ -197,6 +206,7 @@ class CudaOrtSession:
             else:
                 b.bind_output(name, "cpu")
         self._sess.run_with_iobinding(b)
+        del held
         values = b.get_outputs()
         out: dict[str, Any] = {}
         for name, v in zip(names, values, strict=True):
