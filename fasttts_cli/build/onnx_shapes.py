@@ -59,7 +59,8 @@ _GENERATED = re.compile(r"^([A-Za-z]+)_(\d+)_o(\d+)__d(\d+)$")  # symbolic_shape
 @dataclass(frozen=True)
 class Dim:
     """One output dimension: kind "const" (value int), "expr" (a sympy expression over input dim
-    names, in `expr`), "derived" (from input dims, but only a run tells the number) or "value"."""
+    names, in `expr`), "derived" (from input dims, but only a run tells the number) or "value" (from
+    input values; `expr` lists the inputs whose values it reads, comma-separated)."""
 
     kind: str
     value: int = 0
@@ -121,6 +122,22 @@ def _output_dims(loaded: Any) -> dict[str, list[Dim]]:
                 if isinstance(d, str):
                     first_with.setdefault(d, out)
     memo: dict[str, str] = {}
+    graph_inputs = {i.name for i in g.input if i.name not in initializers}
+    reads: dict[str, set[str]] = {}  # value-dependent dim -> the graph inputs whose values it reads
+
+    def inputs_read(node: Any) -> set[str]:
+        seen, todo, found = set(), [t for t in node.input if t], set()
+        while todo:
+            t = todo.pop()
+            if t in seen or t in initializers:
+                continue
+            seen.add(t)
+            if t in graph_inputs:
+                found.add(t)
+            up = producer.get(t)
+            if up is not None and up.op_type not in ("Shape", "Size"):  # those read no values
+                todo.extend(x for x in up.input if x)
+        return found
 
     def source(sym: str, depth: int = 0) -> str:
         """'expr' | 'derived' | 'value' for a symbolic dim name."""
@@ -140,6 +157,7 @@ def _output_dims(loaded: Any) -> dict[str, list[Dim]]:
             node = producer.get(tensor) if tensor else None
             if node is None or node.op_type in VALUE_DEPENDENT_OPS or depth > 200:
                 kinds.append("value")
+                reads.setdefault(sym, set()).update(inputs_read(node) if node is not None else {"?"})
                 continue
             upstream = [d for t in node.input if t and t not in initializers for d in shapes.get(t, [])]
             if any(d == f for d in upstream):
@@ -147,6 +165,9 @@ def _output_dims(loaded: Any) -> dict[str, list[Dim]]:
                 continue
             subs = [source(d, depth + 1) for d in upstream if isinstance(d, str)]
             kinds.append("value" if "value" in subs else "derived")
+            for d in upstream:
+                if isinstance(d, str) and d in reads:
+                    reads.setdefault(sym, set()).update(reads[d])
         memo[sym] = "value" if "value" in kinds else "derived"
         return memo[sym]
 
@@ -158,7 +179,10 @@ def _output_dims(loaded: Any) -> dict[str, list[Dim]]:
                 dims.append(Dim("const", d))
             else:
                 kind = source(d)
-                dims.append(Dim(kind, 0, d if kind == "expr" else ""))
+                detail = (
+                    d if kind == "expr" else ",".join(sorted(reads.get(d, ()))) if kind == "value" else ""
+                )
+                dims.append(Dim(kind, 0, detail))
         out[o.name] = dims
     return out
 
@@ -172,9 +196,16 @@ def check_tensorrt_outputs(
     declared = VALUE_DEPENDENT_OUTPUTS if declared is None else declared
     allowed = set(declared.get(component, ()))
     problems = []
+    model = _load(model)
     dims = output_dims(model)
+    host = host_inputs(model)  # values TensorRT has on the host before the run: not -1
+
+    def unknown(d: Dim) -> bool:
+        reads = {n for n in d.expr.split(",") if n}
+        return d.kind == "value" and not (reads and reads <= host)
+
     for name, ds in dims.items():
-        bad = [i for i, d in enumerate(ds) if d.kind == "value"]
+        bad = [i for i, d in enumerate(ds) if unknown(d)]
         if bad and name not in allowed:
             problems.append(
                 f"{component}: output {name} axis {bad} has a size computed from input values; TensorRT "

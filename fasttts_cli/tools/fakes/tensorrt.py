@@ -54,7 +54,6 @@ float32, float16, int8, int32, int64 = (
     DataType.INT32,
     DataType.INT64,
 )
-bool_ = DataType.BOOL  # the real module names it `bool`; set below so it does not shadow the builtin here
 uint8 = DataType.UINT8
 _NP = {
     DataType.FLOAT: np.float32,
@@ -409,19 +408,28 @@ class IExecutionContext:
                 out.append(d.value)
             elif d.kind == "expr":
                 out.append(int(sympy.sympify(d.expr).subs(vals)))
-            elif d.kind == "derived":
+            elif d.kind == "derived" or (d.kind == "value" and self._host_values_set(d.expr)):
+                # derived from input dims, or from shape-tensor inputs whose host values are bound
                 out.append(self._trial_shape(name)[i])
             else:
                 out.append(-1)
         return Dims(out)
 
+    def _host_values_set(self, reads: str) -> bool:
+        names = [n for n in reads.split(",") if n]
+        host = self.engine.header["host"]
+        return bool(names) and all(n in host and self._addr.get(n) for n in names)
+
     def _trial_shape(self, name: str) -> tuple[int, ...]:
-        """Dims derived from input dims that only a run tells (the fake runs the graph on zeros)."""
+        """Dims that only a run tells: the fake runs the graph on zeros, with the bound values of the
+        shape-tensor (HOST) inputs, which is all such a dim can depend on."""
         if name not in self._derived:
             sess = self.engine.session()
-            feeds = {
-                n: np.zeros(self._shapes[n], nptype(DataType(t))) for n, t, _ in self.engine.header["inputs"]
-            }
+            feeds = {}
+            for n, t, _ in self.engine.header["inputs"]:
+                host = n in self.engine.header["host"] and self._addr.get(n)
+                a = self._read_input(n, DataType(t)) if host else None
+                feeds[n] = a if a is not None else np.zeros(self._shapes[n], nptype(DataType(t)))
             for n, v in zip([o.name for o in sess.get_outputs()], sess.run(None, feeds), strict=True):
                 self._derived[n] = tuple(v.shape)
         return self._derived[name]
@@ -432,6 +440,7 @@ class IExecutionContext:
         if memory % 256 and self.engine.get_tensor_location(name) == TensorLocation.DEVICE:
             return self._err(f"{name}: address {memory:#x} is not 256-byte aligned")
         self._addr[name] = int(memory)
+        self._derived.clear()
         return True
 
     def get_tensor_address(self, name: str) -> int:
@@ -510,7 +519,11 @@ class IExecutionContext:
         return True
 
 
-globals()["bool"] = DataType.BOOL  # trt.bool, as the real module spells it
+def __getattr__(name: str) -> Any:
+    """`trt.bool`, as the real module spells it (a global named bool would shadow the builtin here)."""
+    if name == "bool":
+        return DataType.BOOL
+    raise AttributeError(name)
 
 
 @contextlib.contextmanager
