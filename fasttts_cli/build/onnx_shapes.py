@@ -126,7 +126,14 @@ def _output_dims(loaded: Any) -> dict[str, list[Dim]]:
     reads: dict[str, set[str]] = {}  # value-dependent dim -> the graph inputs whose values it reads
 
     def inputs_read(node: Any) -> set[str]:
-        seen, todo, found = set(), [t for t in node.input if t], set()
+        """Graph inputs whose values reach the operands `node` reads as sizes (a Reshape's shape, not
+        its data)."""
+        pos = SHAPE_OPERANDS.get(node.op_type, range(len(node.input)))
+        seen, todo, found = (
+            set(),
+            [node.input[i] for i in pos if i < len(node.input) and node.input[i]],
+            set(),
+        )
         while todo:
             t = todo.pop()
             if t in seen or t in initializers:
