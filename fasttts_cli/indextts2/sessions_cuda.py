@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from fasttts_cli.errors import EngineMismatchError, MissingDependencyError
-from fasttts_cli.indextts2.sessions import SessionOptions, TensorInfo, _info
+from fasttts_cli.indextts2.sessions import IoDescribed, SessionOptions, _info, ort_options, row_index
 
 DEVICE_OUTPUT_PREFIXES = ("present_",)
 
@@ -100,12 +100,8 @@ class DeviceTensor:
         return len(self.shape)
 
     def __getitem__(self, rows: Any) -> DeviceTensor:
-        idx = np.asarray(rows)
-        if idx.dtype == bool or idx.ndim != 1 or not np.issubdtype(idx.dtype, np.integer):
-            raise TypeError("DeviceTensor supports row selection with a 1-D integer array only")
-        return DeviceTensor(
-            self._gather(self.value, idx.astype(np.int64), _ELEM[self.dtype.name]), self._gather
-        )
+        idx = row_index(rows, self.shape[0])
+        return DeviceTensor(self._gather(self.value, idx, _ELEM[self.dtype.name]), self._gather)
 
     def numpy(self) -> np.ndarray:
         return self.value.numpy() if self.value.device_name().lower() == "cpu" else _to_host(self.value)
@@ -121,7 +117,7 @@ def _to_host(value: Any) -> np.ndarray:
     return np.asarray(value.numpy())
 
 
-class CudaOrtSession:
+class CudaOrtSession(IoDescribed):
     """onnxruntime InferenceSession on CUDA (or CPU for tests) with IO binding."""
 
     def __init__(
@@ -152,11 +148,7 @@ class CudaOrtSession:
             providers = ["CPUExecutionProvider"]
         else:
             raise ValueError(f"device must be 'cuda' or 'cpu', got {device!r}")
-        opts = options or SessionOptions()
-        so = ort.SessionOptions()
-        n = opts.resolved_threads()
-        if n:
-            so.intra_op_num_threads = n
+        so = ort_options(ort, options or SessionOptions())
         try:
             self._sess = ort.InferenceSession(str(self.path), sess_options=so, providers=providers)
         except Exception as e:  # ORT raises its own types for bad graphs
@@ -171,14 +163,6 @@ class CudaOrtSession:
             else [n for n in names if n.startswith(DEVICE_OUTPUT_PREFIXES)]
         )
         self._gather = _Gather(device, device_id, providers)
-
-    @property
-    def inputs(self) -> list[TensorInfo]:
-        return list(self._inputs)
-
-    @property
-    def outputs(self) -> list[TensorInfo]:
-        return list(self._outputs)
 
     def run(self, outputs: Sequence[str] | None, feeds: Mapping[str, Any]) -> dict[str, Any]:
         missing = [n for n in self._in_dtype if n not in feeds]

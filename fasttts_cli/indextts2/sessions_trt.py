@@ -37,7 +37,7 @@ from fasttts_cli.backends.tensorrt.device import (  # noqa: F401 - MIN_BUFFER, g
     output_allocator,
 )
 from fasttts_cli.errors import EngineMismatchError, MissingDependencyError, SynthesisError
-from fasttts_cli.indextts2.sessions import SessionOptions, TensorInfo
+from fasttts_cli.indextts2.sessions import IoDescribed, SessionOptions, TensorInfo
 
 DEVICE_OUTPUT_PREFIXES = ("present_",)
 
@@ -65,7 +65,7 @@ def _trt() -> Any:
     return trt
 
 
-class TrtSession:
+class TrtSession(IoDescribed):
     """A TensorRT plan behind the Session interface."""
 
     def __init__(
@@ -120,14 +120,6 @@ class TrtSession:
             if device_outputs is not None
             else [n for n in names if n.startswith(DEVICE_OUTPUT_PREFIXES)]
         )
-
-    @property
-    def inputs(self) -> list[TensorInfo]:
-        return list(self._inputs)
-
-    @property
-    def outputs(self) -> list[TensorInfo]:
-        return list(self._outputs)
 
     def _bind_input(self, info: TensorInfo, value: Any, keep: list[Any]) -> None:
         ctx = self._context

@@ -132,13 +132,10 @@ class DeviceTensor:
         return len(self.shape)
 
     def __getitem__(self, rows: Any) -> DeviceTensor:
-        idx = np.asarray(rows)
-        if idx.dtype == bool or idx.ndim != 1 or not np.issubdtype(idx.dtype, np.integer):
-            raise TypeError("DeviceTensor supports row selection with a 1-D integer array only")
+        from fasttts_cli.indextts2.sessions import row_index
+
         n = self.shape[0]
-        if idx.size and (idx.min() < -n or idx.max() >= n):
-            raise IndexError(f"row index out of range for {n} rows")
-        idx = np.where(idx < 0, idx + n, idx)
+        idx = row_index(rows, n)
         out = DeviceTensor(self.arena, (idx.size, *self.shape[1:]), self.dtype)
         row = self.nbytes // n if n else 0
         start = 0
