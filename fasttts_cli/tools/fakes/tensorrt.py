@@ -22,269 +22,40 @@ import json
 import sys
 import types
 from collections.abc import Iterator
-from enum import IntEnum
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from fasttts_cli.tools.fakes import cuda as fake_cuda
-
-__version__ = "10.99.0-fake"
-MAGIC = b"FASTTTS-FAKE-TRT-PLAN\n"
-
-
-class DataType(IntEnum):
-    FLOAT = 0
-    HALF = 1
-    INT8 = 2
-    INT32 = 3
-    BOOL = 4
-    UINT8 = 5
-    FP8 = 6
-    BF16 = 7
-    INT64 = 8
-    INT4 = 9
-
-
-float32, float16, int8, int32, int64 = (
-    DataType.FLOAT,
-    DataType.HALF,
-    DataType.INT8,
-    DataType.INT32,
-    DataType.INT64,
+from fasttts_cli.tools.fakes.trt_build import (  # noqa: F401 - the module's API
+    Builder,
+    IBuilderConfig,
+    INetworkDefinition,
+    IOptimizationProfile,
+    ITensor,
+    ITimingCache,
+    OnnxParser,
 )
-uint8 = DataType.UINT8
-_NP = {
-    DataType.FLOAT: np.float32,
-    DataType.HALF: np.float16,
-    DataType.INT8: np.int8,
-    DataType.INT32: np.int32,
-    DataType.INT64: np.int64,
-    DataType.BOOL: np.bool_,
-    DataType.UINT8: np.uint8,
-}
-_ONNX_TO_TRT = {1: DataType.FLOAT, 10: DataType.HALF, 3: DataType.INT8, 6: DataType.INT32, 7: DataType.INT64,
-                9: DataType.BOOL, 2: DataType.UINT8}  # fmt: skip
-
-
-def nptype(trt_type: DataType) -> type:
-    if trt_type in _NP:
-        return _NP[trt_type]
-    raise TypeError("Could not resolve TensorRT datatype to an equivalent numpy datatype.")
-
-
-class TensorIOMode(IntEnum):
-    NONE = 0
-    INPUT = 1
-    OUTPUT = 2
-
-
-class TensorLocation(IntEnum):
-    DEVICE = 0
-    HOST = 1
-
-
-class MemoryPoolType(IntEnum):
-    WORKSPACE = 0
-
-
-class NetworkDefinitionCreationFlag(IntEnum):
-    STRONGLY_TYPED = 0  # deprecated in 11 (always on), kept for API compatibility
-
-
-class Dims(tuple):
-    """trt.Dims: a sequence of ints."""
-
-
-class Logger:
-    class Severity(IntEnum):
-        INTERNAL_ERROR = 0
-        ERROR = 1
-        WARNING = 2
-        INFO = 3
-        VERBOSE = 4
-
-    INTERNAL_ERROR, ERROR, WARNING, INFO, VERBOSE = (
-        Severity.INTERNAL_ERROR, Severity.ERROR, Severity.WARNING, Severity.INFO, Severity.VERBOSE,
-    )  # fmt: skip
-
-    def __init__(self, min_severity: Any = Severity.WARNING) -> None:
-        self.min_severity = min_severity
-        self.messages: list[str] = []
-
-    def log(self, severity: Any, msg: str) -> None:
-        self.messages.append(msg)
-        if int(severity) <= int(self.min_severity):
-            print(f"[fake TensorRT] {msg}", file=sys.stderr)
-
-
-class IOutputAllocator:
-    """Base class of application output allocators (the real one must be __init__-ed too)."""
-
-    def __init__(self) -> None:
-        self._fake_initialized = True
-
-    def reallocate_output(self, tensor_name: str, memory: int, size: int, alignment: int) -> int | None:
-        return None
-
-    def notify_shape(self, tensor_name: str, shape: Dims) -> None:
-        raise NotImplementedError
-
-
-# ------------------------------------------------------------------------------------------ build
-
-
-class ITensor:
-    def __init__(self, name: str, shape: list[int], dtype: DataType) -> None:
-        self.name, self.shape, self.dtype = name, Dims(shape), dtype
-
-
-class INetworkDefinition:
-    def __init__(self, flags: int) -> None:
-        self.flags = flags
-        self.onnx: bytes = b""
-        self._inputs: list[ITensor] = []
-        self._outputs: list[ITensor] = []
-
-    @property
-    def num_inputs(self) -> int:
-        return len(self._inputs)
-
-    @property
-    def num_outputs(self) -> int:
-        return len(self._outputs)
-
-    def get_input(self, i: int) -> ITensor:
-        return self._inputs[i]
-
-    def get_output(self, i: int) -> ITensor:
-        return self._outputs[i]
-
-
-class OnnxParser:
-    def __init__(self, network: INetworkDefinition, logger: Logger) -> None:
-        self.network, self.logger = network, logger
-        self._errors: list[str] = []
-
-    @property
-    def num_errors(self) -> int:
-        return len(self._errors)
-
-    def get_error(self, i: int) -> str:
-        return self._errors[i]
-
-    def parse_from_file(self, path: str) -> bool:
-        import onnx
-
-        try:
-            model = onnx.load(path, load_external_data=True)
-        except Exception as e:  # onnx raises several types for a bad file
-            self._errors.append(f"cannot read {path}: {e}")
-            return False
-        contrib = sorted({n.op_type for n in model.graph.node if n.domain not in ("", "ai.onnx")})
-        if contrib:  # TensorRT's parser knows only standard ops (and its plugins)
-            self._errors.append(f"No importer registered for op: {contrib[0]}")
-            return False
-        init = {i.name for i in model.graph.initializer}
-
-        def tensor(vi: Any) -> ITensor:
-            t = vi.type.tensor_type
-            dims = [int(d.dim_value) if d.dim_value else -1 for d in t.shape.dim]
-            return ITensor(vi.name, dims, _ONNX_TO_TRT.get(t.elem_type, DataType.FLOAT))
-
-        self.network._inputs = [tensor(i) for i in model.graph.input if i.name not in init]
-        self.network._outputs = [tensor(o) for o in model.graph.output]
-        self.network.onnx = model.SerializeToString()
-        return True
-
-
-class IOptimizationProfile:
-    def __init__(self) -> None:
-        self.shapes: dict[str, tuple[list[int], list[int], list[int]]] = {}
-
-    def set_shape(self, input: str, min: Any, opt: Any, max: Any) -> None:
-        lo, mid, hi = list(min), list(opt), list(max)
-        if not (len(lo) == len(mid) == len(hi)) or any(
-            a > b or b > c for a, b, c in zip(lo, mid, hi, strict=True)
-        ):
-            raise ValueError(f"profile for {input}: need min <= opt <= max of one rank")
-        self.shapes[input] = (lo, mid, hi)
-
-
-class ITimingCache:
-    def __init__(self, data: bytes) -> None:
-        self.data = bytes(data)
-
-    def serialize(self) -> bytes:
-        return self.data or b"fake-timing-cache"
-
-
-class IBuilderConfig:
-    def __init__(self) -> None:
-        self.profiles: list[IOptimizationProfile] = []
-        self.builder_optimization_level = 3
-        self.pool_limits: dict[MemoryPoolType, int] = {}
-        self._cache = ITimingCache(b"")
-
-    def set_memory_pool_limit(self, pool: MemoryPoolType, size: int) -> None:
-        self.pool_limits[pool] = int(size)
-
-    def create_timing_cache(self, serialized: bytes) -> ITimingCache:
-        return ITimingCache(serialized)
-
-    def set_timing_cache(self, cache: ITimingCache, ignore_mismatch: bool) -> bool:
-        self._cache = cache
-        return True
-
-    def get_timing_cache(self) -> ITimingCache:
-        return self._cache
-
-    def add_optimization_profile(self, profile: IOptimizationProfile) -> int:
-        self.profiles.append(profile)
-        return len(self.profiles) - 1
-
-
-class Builder:
-    def __init__(self, logger: Logger) -> None:
-        self.logger = logger
-
-    def create_network(self, flags: int = 0) -> INetworkDefinition:
-        return INetworkDefinition(flags)
-
-    def create_builder_config(self) -> IBuilderConfig:
-        return IBuilderConfig()
-
-    def create_optimization_profile(self) -> IOptimizationProfile:
-        return IOptimizationProfile()
-
-    def build_serialized_network(self, network: INetworkDefinition, config: IBuilderConfig) -> bytes | None:
-        from fasttts_cli.build.onnx_shapes import host_inputs, output_dims
-
-        prof = config.profiles[0].shapes if config.profiles else {}
-        for t in network._inputs:
-            if any(d < 0 for d in t.shape) and t.name not in prof:
-                self.logger.log(Logger.ERROR, f"{t.name}: dynamic input without an optimization profile")
-                return None
-        for name in prof:
-            if name not in {t.name for t in network._inputs}:
-                self.logger.log(Logger.ERROR, f"optimization profile names {name}, which is not an input")
-                return None
-        import onnx
-
-        model = onnx.load_from_string(network.onnx)
-        header = {
-            "inputs": [[t.name, int(t.dtype), list(t.shape)] for t in network._inputs],
-            "outputs": [[t.name, int(t.dtype), list(t.shape)] for t in network._outputs],
-            "host": sorted(host_inputs(model)),
-            "profile": {k: [list(v) for v in s] for k, s in prof.items()},
-            "dims": {k: [d.to_json() for d in v] for k, v in output_dims(model).items()},
-            "input_dims": {i.name: [d.dim_param or int(d.dim_value) for d in i.type.tensor_type.shape.dim]
-                           for i in model.graph.input},
-        }  # fmt: skip
-        head = json.dumps(header).encode()
-        return MAGIC + len(head).to_bytes(8, "little") + head + network.onnx
-
+from fasttts_cli.tools.fakes.trt_types import (  # noqa: F401 - the module's API
+    MAGIC,
+    DataType,
+    Dims,
+    IOutputAllocator,
+    Logger,
+    MemoryPoolType,
+    NetworkDefinitionCreationFlag,
+    TensorIOMode,
+    TensorLocation,
+    __version__,
+    float16,
+    float32,
+    int8,
+    int32,
+    int64,
+    nptype,
+    uint8,
+)
 
 # ------------------------------------------------------------------------------------------ runtime
 
