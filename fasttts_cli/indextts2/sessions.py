@@ -1,7 +1,9 @@
-"""Session: the one interface the runtime uses to run a built component (ONNX Runtime now, TensorRT later).
+"""Session: the one interface the runtime uses to run a built component (ONNX Runtime CPU here; ORT on
+CUDA with IO binding in sessions_cuda, TensorRT plans in sessions_trt).
 
-The runtime hands numpy arrays in and gets numpy arrays out by name; it never sees the backend. A
-backend for TensorRT (or ORT on CUDA with IO binding) implements the same three members.
+The runtime hands numpy arrays in and gets numpy arrays out by name; it never sees the backend (a GPU
+backend may hand back device tensors for the KV cache, which the decoder only feeds back and reorders).
+Every backend implements the same three members.
 """
 
 from __future__ import annotations
