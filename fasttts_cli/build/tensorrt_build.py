@@ -31,6 +31,12 @@ TIMING_CACHE = "tensorrt.timing_cache"
 W2V_FPS = 50  # w2v-BERT features (16 kHz, 10 ms fbank stacked by 2), codec and conditioner frames
 FBANK_FPS = 100  # CAMPPlus 80-bin Kaldi fbank
 CODE_TO_FRAMES = 1.72  # s2mel length regulator: floor(1.72 n) mel frames for n codes
+# The GPT trunk's prefill: GPTDecoder.forward feeds at most this many new tokens per call (its `chunk`),
+# so the profile's `new` axis stops there instead of at the full length.
+PREFILL_CHUNK = 256
+# One layer's attention scores, rows x heads x new x total in fp32, at the profile's maxima: TensorRT
+# sizes activation memory for the profile's max shapes, and a 48-row full-length prefill was ~10 GB.
+TRUNK_SCORES_BUDGET = 2 << 30
 
 
 class TensorRTBuildError(FastTTSError):
@@ -91,32 +97,48 @@ def axis_ranges(
     if component == "codec_vq2emb":
         return {"batch": batch, "time": _r(1, 200, limits.max_mel_tokens + 1)}
     if component == "gpt_trunk":
-        prefix = n_conds + limits.max_text_tokens + 3
-        total = prefix + limits.max_mel_tokens + 2
-        return {
-            "batch": _r(1, max(1, b // 2), b * 3),  # up to 3 beam rows per line
-            "new": _r(1, 1, total),
-            "past": AxisRange(0, prefix, total),  # 0 = prefill with an empty cache
-            "total": _r(1, prefix + 1, total),
-        }
+        return trunk_ranges(limits, n_conds, int(c.get("gpt", {}).get("heads", 20)))
     if component == "s2mel_content":
-        return {"batch": batch, "time": _r(1, 200, limits.max_mel_tokens + 1), "frames": _r(1, 344, gen_mel)}
+        # `cond` has floor(1.72 * code_lens) frames: a size from input values, so no profile axis (the
+        # session gives it an output allocator; onnx_shapes.VALUE_DEPENDENT_OUTPUTS)
+        return {"batch": batch, "time": _r(1, 200, limits.max_mel_tokens + 1)}
     if component == "length_regulator":
-        return {
-            "batch": _r(1, 1, 2),
-            "time": _r(2, ref_w2v // 2, ref_w2v),
-            "frames": _r(2, ref_mel // 2, ref_mel),
-        }
+        # `y` has max(y_lens) frames: value-dependent like s2mel_content's `cond`
+        return {"batch": _r(1, 1, 2), "time": _r(2, ref_w2v // 2, ref_w2v)}
     if component == "dit_cfg_step":
         t = ref_mel + gen_mel
         return {"batch": _r(2, 2, 2 * b), "time": _r(8, min(t, 600), t)}  # cond + uncond rows
     if component == "bigvgan":
-        return {
-            "batch": batch,
-            "frames": _r(2, 344, gen_mel),
-            "samples": _r(2 * hop, 344 * hop, gen_mel * hop),
-        }
+        return {"batch": batch, "frames": _r(2, 344, gen_mel)}  # wav's samples follow: hop * frames
     raise TensorRTBuildError(f"no optimization profile is defined for component {component!r}")
+
+
+def trunk_ranges(limits: Limits, n_conds: int, heads: int) -> dict[str, AxisRange]:
+    """The GPT trunk's axes. Rows: up to 3 beams per line in decode steps; new tokens: one per step, at
+    most PREFILL_CHUNK in a prefill or latent pass, and fewer if rows x heads x new x total fp32 scores
+    would pass TRUNK_SCORES_BUDGET (then the build fails rather than the decoder's chunked calls)."""
+    prefix = n_conds + limits.max_text_tokens + 3
+    total = prefix + limits.max_mel_tokens + 2
+    rows = limits.max_batch * 3
+    fits = TRUNK_SCORES_BUDGET // (rows * max(1, heads) * total * 4)
+    new = min(PREFILL_CHUNK, total)
+    if fits < new:
+        raise TensorRTBuildError(
+            f"gpt_trunk profile: {rows} rows x {heads} heads x {new} new x {total} total fp32 attention "
+            f"scores exceed {TRUNK_SCORES_BUDGET >> 20} MiB",
+            hint="lower [limits] max_batch or max_mel_tokens in the preset",
+        )
+    return {
+        "batch": _r(1, max(1, limits.max_batch // 2), rows),
+        "new": _r(1, 1, new),
+        "past": AxisRange(0, prefix, total),  # 0 = prefill with an empty cache
+        "total": _r(1, prefix + 1, total),
+    }
+
+
+def scores_bytes(ranges: Mapping[str, AxisRange], heads: int) -> int:
+    """One layer's fp32 attention scores at the trunk profile's maxima."""
+    return ranges["batch"].max * heads * ranges["new"].max * ranges["total"].max * 4
 
 
 def profile_for(
@@ -128,6 +150,13 @@ def profile_for(
     """The optimization profile of one component: `inputs` is the manifest's io description
     (name -> dims, each an int or an axis name)."""
     ranges = axis_ranges(component, limits, constants)
+    used = {str(d) for dims in inputs.values() for d in dims if not (isinstance(d, int) and d > 0)}
+    unused = sorted(set(ranges) - used)
+    if unused:  # a range on an axis no input has would never reach TensorRT
+        raise TensorRTBuildError(
+            f"component {component!r}: profile axes {unused} match no input axis "
+            f"(inputs: { {k: list(v) for k, v in inputs.items()} })"
+        )
     shapes = {}
     for name, dims in inputs.items():
         lo, opt, hi = [], [], []
@@ -212,7 +241,7 @@ def build_plan(
     *,
     spec: ComponentSpec | None = None,
     timing_cache: Path | str | None = None,
-) -> BuildInfo:  # pragma: no cover - needs a GPU with TensorRT
+) -> BuildInfo:
     """Parse `onnx_path`, build a strongly typed engine with `profile`, write it to `plan_path`."""
     trt = _trt()
     spec = spec or ComponentSpec("tensorrt", "fp32")
@@ -236,9 +265,13 @@ def build_plan(
     config.set_timing_cache(cache, ignore_mismatch=False)
     prof = builder.create_optimization_profile()
     names = {network.get_input(i).name for i in range(network.num_inputs)}
+    unknown = sorted(set(profile.shapes) - names)
+    if unknown:
+        raise TensorRTBuildError(
+            f"{onnx_path}: the profile names {unknown}, which are not inputs of the graph"
+        )
     for name, (lo, opt, hi) in profile.shapes.items():
-        if name in names:
-            prof.set_shape(name, lo, opt, hi)
+        prof.set_shape(name, lo, opt, hi)
     config.add_optimization_profile(prof)
     serialized = builder.build_serialized_network(network, config)
     if serialized is None:
@@ -286,9 +319,15 @@ def build_component(
     spec: ComponentSpec,
     limits: Limits,
     constants: Mapping[str, Any] | None = None,
-) -> tuple[ComponentEntry, BuildInfo]:  # pragma: no cover - needs a GPU with TensorRT
+) -> tuple[ComponentEntry, BuildInfo]:
     """Build `<component>.plan` next to its ONNX file in an engine folder (the ONNX already carries
-    the precision: fp16.convert_file ran before for fp16 components)."""
+    the precision: fp16.convert_file ran before for fp16 components). Refused first when an output's
+    size comes from input values and the component does not declare it (onnx_shapes)."""
+    from fasttts_cli.build.onnx_shapes import check_tensorrt_outputs
+
+    problems = check_tensorrt_outputs(folder / onnx_entry.file, component)
+    if problems:
+        raise TensorRTBuildError("; ".join(problems))
     prof = profile_for(component, onnx_entry.inputs, limits, constants)
     plan = folder / plan_name(component)
     info = build_plan(folder / onnx_entry.file, plan, prof, spec=spec, timing_cache=folder / TIMING_CACHE)

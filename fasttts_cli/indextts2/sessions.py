@@ -1,7 +1,9 @@
-"""Session: the one interface the runtime uses to run a built component (ONNX Runtime now, TensorRT later).
+"""Session: the one interface the runtime uses to run a built component (ONNX Runtime CPU here; ORT on
+CUDA with IO binding in sessions_cuda, TensorRT plans in sessions_trt).
 
-The runtime hands numpy arrays in and gets numpy arrays out by name; it never sees the backend. A
-backend for TensorRT (or ORT on CUDA with IO binding) implements the same three members.
+The runtime hands numpy arrays in and gets numpy arrays out by name; it never sees the backend (a GPU
+backend may hand back device tensors for the KV cache, which the decoder only feeds back and reorders).
+Every backend implements the same three members.
 """
 
 from __future__ import annotations
@@ -92,7 +94,42 @@ _ORT_TYPES = {
 }
 
 
-class OrtSession:
+class IoDescribed:
+    """The Session interface's `inputs` / `outputs`, from the `_inputs` / `_outputs` a backend fills."""
+
+    _inputs: list[TensorInfo]
+    _outputs: list[TensorInfo]
+
+    @property
+    def inputs(self) -> list[TensorInfo]:
+        return list(self._inputs)
+
+    @property
+    def outputs(self) -> list[TensorInfo]:
+        return list(self._outputs)
+
+
+def row_index(rows: Any, n: int) -> np.ndarray:
+    """A device tensor's `kv[rows]` index: a 1-D integer array (negative counts from the end), checked
+    against the n rows it selects from."""
+    idx = np.asarray(rows)
+    if idx.dtype == bool or idx.ndim != 1 or not np.issubdtype(idx.dtype, np.integer):
+        raise TypeError("DeviceTensor supports row selection with a 1-D integer array only")
+    if idx.size and (idx.min() < -n or idx.max() >= n):
+        raise IndexError(f"row index out of range for {n} rows")
+    return np.where(idx < 0, idx + n, idx).astype(np.int64)
+
+
+def ort_options(ort: Any, opts: SessionOptions) -> Any:
+    """An onnxruntime SessionOptions with the intra-op thread count of `opts` (every ORT session)."""
+    so = ort.SessionOptions()
+    n = opts.resolved_threads()
+    if n:
+        so.intra_op_num_threads = n
+    return so
+
+
+class OrtSession(IoDescribed):
     """onnxruntime InferenceSession behind the Session interface. Casts feeds to the declared dtype."""
 
     def __init__(self, path: Path | str, options: SessionOptions | None = None) -> None:
@@ -104,10 +141,7 @@ class OrtSession:
         if not self.path.is_file():
             raise EngineMismatchError(f"{self.path}: component file is missing")
         opts = options or SessionOptions()
-        so = ort.SessionOptions()
-        n = opts.resolved_threads()
-        if n:
-            so.intra_op_num_threads = n
+        so = ort_options(ort, opts)
         so.inter_op_num_threads = max(1, opts.inter_op_threads)
         if not opts.spin_after_run:
             so.add_session_config_entry("session.force_spinning_stop", "1")
@@ -134,14 +168,6 @@ class OrtSession:
         self._inputs = [_info(i) for i in self._sess.get_inputs()]
         self._outputs = [_info(o) for o in self._sess.get_outputs()]
         self._in_dtype = {i.name: np.dtype(i.dtype) for i in self._inputs}
-
-    @property
-    def inputs(self) -> list[TensorInfo]:
-        return list(self._inputs)
-
-    @property
-    def outputs(self) -> list[TensorInfo]:
-        return list(self._outputs)
 
     def run(self, outputs: Sequence[str] | None, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         missing = [n for n in self._in_dtype if n not in feeds]

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from fasttts_cli.errors import EngineMismatchError, MissingDependencyError
-from fasttts_cli.indextts2.sessions import SessionOptions, TensorInfo, _info
+from fasttts_cli.indextts2.sessions import IoDescribed, SessionOptions, _info, ort_options, row_index
 
 DEVICE_OUTPUT_PREFIXES = ("present_",)
 
@@ -66,9 +66,11 @@ class _Gather:
         sess = self._session(elem_type)
         b = sess.io_binding()
         b.bind_ortvalue_input("data", value)
-        b.bind_cpu_input("rows", np.ascontiguousarray(rows, dtype=np.int64))
+        held = np.ascontiguousarray(rows, dtype=np.int64)  # bound by pointer: alive until the run returns
+        b.bind_cpu_input("rows", held)
         b.bind_output("out", self.device, self.device_id)
         sess.run_with_iobinding(b)
+        del held
         return b.get_outputs()[0]
 
 
@@ -98,12 +100,8 @@ class DeviceTensor:
         return len(self.shape)
 
     def __getitem__(self, rows: Any) -> DeviceTensor:
-        idx = np.asarray(rows)
-        if idx.dtype == bool or idx.ndim != 1 or not np.issubdtype(idx.dtype, np.integer):
-            raise TypeError("DeviceTensor supports row selection with a 1-D integer array only")
-        return DeviceTensor(
-            self._gather(self.value, idx.astype(np.int64), _ELEM[self.dtype.name]), self._gather
-        )
+        idx = row_index(rows, self.shape[0])
+        return DeviceTensor(self._gather(self.value, idx, _ELEM[self.dtype.name]), self._gather)
 
     def numpy(self) -> np.ndarray:
         return self.value.numpy() if self.value.device_name().lower() == "cpu" else _to_host(self.value)
@@ -119,7 +117,7 @@ def _to_host(value: Any) -> np.ndarray:
     return np.asarray(value.numpy())
 
 
-class CudaOrtSession:
+class CudaOrtSession(IoDescribed):
     """onnxruntime InferenceSession on CUDA (or CPU for tests) with IO binding."""
 
     def __init__(
@@ -150,11 +148,7 @@ class CudaOrtSession:
             providers = ["CPUExecutionProvider"]
         else:
             raise ValueError(f"device must be 'cuda' or 'cpu', got {device!r}")
-        opts = options or SessionOptions()
-        so = ort.SessionOptions()
-        n = opts.resolved_threads()
-        if n:
-            so.intra_op_num_threads = n
+        so = ort_options(ort, options or SessionOptions())
         try:
             self._sess = ort.InferenceSession(str(self.path), sess_options=so, providers=providers)
         except Exception as e:  # ORT raises its own types for bad graphs
@@ -170,26 +164,25 @@ class CudaOrtSession:
         )
         self._gather = _Gather(device, device_id, providers)
 
-    @property
-    def inputs(self) -> list[TensorInfo]:
-        return list(self._inputs)
-
-    @property
-    def outputs(self) -> list[TensorInfo]:
-        return list(self._outputs)
-
     def run(self, outputs: Sequence[str] | None, feeds: Mapping[str, Any]) -> dict[str, Any]:
         missing = [n for n in self._in_dtype if n not in feeds]
         if missing:
             raise ValueError(f"{self.path.name}: missing inputs {missing}")
         b = self._sess.io_binding()
+        # A bound CPU input is the array's memory, not a copy (the C++ bind_input wraps the numpy buffer;
+        # onnxruntime 1.32's IOBinding.bind_cpu_input also keeps a reference, _numpy_obj_references, but
+        # that is the wrapper's detail): converted arrays are held here until run_with_iobinding returns.
+        held: list[Any] = []
         for name, v in feeds.items():
             if name not in self._in_dtype:
                 continue
             if isinstance(v, DeviceTensor):
                 b.bind_ortvalue_input(name, v.value)
+                held.append(v)
             else:
-                b.bind_cpu_input(name, np.ascontiguousarray(v, dtype=self._in_dtype[name]))
+                a = np.ascontiguousarray(v, dtype=self._in_dtype[name])
+                held.append(a)
+                b.bind_cpu_input(name, a)
         names = list(outputs) if outputs is not None else [o.name for o in self._outputs]
         for name in names:
             if name in self.device_outputs:
@@ -197,6 +190,7 @@ class CudaOrtSession:
             else:
                 b.bind_output(name, "cpu")
         self._sess.run_with_iobinding(b)
+        del held
         values = b.get_outputs()
         out: dict[str, Any] = {}
         for name, v in zip(names, values, strict=True):

@@ -1,26 +1,45 @@
 """TensorRT runner behind the runtime's Session interface (numpy in, numpy out, by name).
 
 One execution context per plan, one CUDA stream, device buffers per io tensor kept between calls and
-grown when a call needs more (decode steps reuse them without allocating). Shapes are set per call
-(`set_input_shape`), output shapes read back from the context, and the plan runs with
-`execute_async_v3`. CUDA memory and copies go through cuda-python's runtime binding
-(`cuda.bindings.runtime`, or `cuda.cudart` in older cuda-python); nothing is imported until a session
-is opened, so CPU-only installs never touch TensorRT.
+grown when a call needs more. Per call: every input's shape is set (`set_input_shape`) and its address
+bound, then each output's shape is read back (`get_tensor_shape`); the plan runs with
+`execute_async_v3`. The TensorRT API facts this relies on (include/NvInferRuntime.h,
+IExecutionContext::setTensorAddress and ICudaEngine::getTensorLocation):
+
+- an output whose size depends on input values (s2mel_content's `cond`, the length regulator's `y`)
+  reads -1 until the run; it gets an IOutputAllocator (backends/tensorrt/device.output_allocator), which
+  TensorRT asks for memory and tells the shape;
+- an input whose location is TensorLocation.HOST (a shape tensor) is bound to host memory, kept alive
+  until the run returns; every other input is copied to the device;
+- `present_*` outputs (the GPT trunk's KV cache) stay on the device as DeviceTensors: fed back as the
+  next step's `past_*` they are bound by address, and the decoder's `kv[rows]` reorders rows on the device.
+
+CUDA goes through cuda-python's runtime binding (`cuda.bindings.runtime`, or `cuda.cudart` in older
+cuda-python); nothing is imported until a session is opened, so CPU-only installs never touch TensorRT.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from fasttts_cli.backends.tensorrt.device import (  # noqa: F401 - MIN_BUFFER, grow: this module's API
+    MIN_BUFFER,
+    Arena,
+    BufferPool,
+    DeviceTensor,
+    check_cuda,
+    grow,
+    output_allocator,
+)
 from fasttts_cli.errors import EngineMismatchError, MissingDependencyError, SynthesisError
-from fasttts_cli.indextts2.sessions import SessionOptions, TensorInfo
+from fasttts_cli.indextts2.sessions import IoDescribed, SessionOptions, TensorInfo
 
-MIN_BUFFER = 256  # bytes: zero-size tensors (an empty KV cache) still get a valid address
+DEVICE_OUTPUT_PREFIXES = ("present_",)
 
 
 def _cudart() -> Any:
@@ -31,7 +50,7 @@ def _cudart() -> Any:
             from cuda import cudart  # type: ignore[no-redef]  # cuda-python < 12.6
         except ImportError as e:
             raise MissingDependencyError(
-                f"cuda-python is not importable ({e})", hint="pip install 'cuda-python>=12'"
+                f"cuda-python is not importable ({e})", hint="pip install 'fasttts-cli[gpu]'"
             ) from None
     return cudart
 
@@ -46,56 +65,17 @@ def _trt() -> Any:
     return trt
 
 
-def check_cuda(result: Any, what: str) -> Any:
-    """cuda-python calls return (err, *values); raise on err != 0, return the values."""
-    if isinstance(result, tuple):
-        err, rest = result[0], result[1:]
-    else:
-        err, rest = result, ()
-    if int(err) != 0:
-        raise SynthesisError(f"CUDA error in {what}: {err}")
-    return rest[0] if len(rest) == 1 else rest
-
-
-def grow(capacity: int, need: int) -> int:
-    """New capacity for a buffer that must hold `need` bytes: 1.5x headroom so a growing KV cache
-    reallocates O(log n) times, never below MIN_BUFFER."""
-    if capacity > 0 and need <= capacity:
-        return capacity
-    return max(MIN_BUFFER, need + need // 2)
-
-
-class BufferPool:
-    """Named device buffers that only grow. malloc/free are injectable (tests use fakes)."""
-
-    def __init__(self, malloc: Callable[[int], int], free: Callable[[int], None]) -> None:
-        self._malloc, self._free = malloc, free
-        self._bufs: dict[str, tuple[int, int]] = {}  # name -> (ptr, capacity)
-
-    def get(self, name: str, nbytes: int) -> int:
-        ptr, cap = self._bufs.get(name, (0, 0))
-        new_cap = grow(cap, nbytes)
-        if new_cap != cap:
-            if ptr:
-                self._free(ptr)
-            ptr = self._malloc(new_cap)
-            self._bufs[name] = (ptr, new_cap)
-        return ptr
-
-    def capacity(self, name: str) -> int:
-        return self._bufs.get(name, (0, 0))[1]
-
-    def close(self) -> None:
-        for ptr, _ in self._bufs.values():
-            if ptr:
-                self._free(ptr)
-        self._bufs.clear()
-
-
-class TrtSession:  # pragma: no cover - needs an NVIDIA GPU with TensorRT and cuda-python
+class TrtSession(IoDescribed):
     """A TensorRT plan behind the Session interface."""
 
-    def __init__(self, path: Path | str, options: SessionOptions | None = None, *, device: int = 0) -> None:
+    def __init__(
+        self,
+        path: Path | str,
+        options: SessionOptions | None = None,
+        *,
+        device: int = 0,
+        device_outputs: Sequence[str] | None = None,
+    ) -> None:
         del options  # threads/providers do not apply to TensorRT
         self.path = Path(path)
         if not self.path.is_file():
@@ -117,67 +97,109 @@ class TrtSession:  # pragma: no cover - needs an NVIDIA GPU with TensorRT and cu
             lambda n: int(check_cuda(cudart.cudaMalloc(n), "cudaMalloc")),
             lambda p: check_cuda(cudart.cudaFree(p), "cudaFree"),
         )
+        self._arena = Arena(cudart, self._stream)
+        self._allocator = output_allocator(trt, self._pool)
+        self._allocated: set[str] = set()  # outputs bound to the allocator
         ins, outs = [], []
+        self._host_inputs: set[str] = set()
         for i in range(self._engine.num_io_tensors):
             name = self._engine.get_tensor_name(i)
             dtype = np.dtype(trt.nptype(self._engine.get_tensor_dtype(name)))
             shape = tuple(int(d) if d >= 0 else None for d in self._engine.get_tensor_shape(name))
             info = TensorInfo(name, shape, dtype.name)
-            (ins if self._engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT else outs).append(info)
+            if self._engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT:
+                ins.append(info)
+                if self._engine.get_tensor_location(name) == trt.TensorLocation.HOST:
+                    self._host_inputs.add(name)
+            else:
+                outs.append(info)
         self._inputs, self._outputs = ins, outs
+        names = [o.name for o in outs]
+        self.device_outputs = set(
+            device_outputs
+            if device_outputs is not None
+            else [n for n in names if n.startswith(DEVICE_OUTPUT_PREFIXES)]
+        )
 
-    @property
-    def inputs(self) -> list[TensorInfo]:
-        return list(self._inputs)
+    def _bind_input(self, info: TensorInfo, value: Any, keep: list[Any]) -> None:
+        ctx = self._context
+        if isinstance(value, DeviceTensor):
+            if value.dtype != np.dtype(info.dtype):
+                raise SynthesisError(
+                    f"{self.path.name}: input {info.name} is a {value.dtype} device tensor, the plan "
+                    f"wants {info.dtype}"
+                )
+            shape, ptr = value.shape, value.ptr
+        else:
+            a = np.ascontiguousarray(value, dtype=info.dtype)
+            shape = a.shape
+            if info.name in self._host_inputs:
+                # a shape tensor: TensorRT reads host memory (at enqueue), so the array must outlive the run
+                ptr = a.ctypes.data
+            else:
+                ptr = self._pool.get(info.name, a.nbytes)
+                self._arena.copy(ptr, a.ctypes.data, a.nbytes, "H2D")
+            value = a
+        keep.append(value)  # host arrays outlive the async copies; device tensors their reads
+        if not ctx.set_input_shape(info.name, shape):
+            raise SynthesisError(
+                f"{self.path.name}: input {info.name} shape {tuple(shape)} is outside the plan's profile"
+            )
+        if not ctx.set_tensor_address(info.name, ptr):
+            raise SynthesisError(f"{self.path.name}: cannot bind input {info.name}")
 
-    @property
-    def outputs(self) -> list[TensorInfo]:
-        return list(self._outputs)
-
-    def run(self, outputs: Sequence[str] | None, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        cudart, ctx = self._cudart, self._context
-        h2d = cudart.cudaMemcpyKind.cudaMemcpyHostToDevice
-        d2h = cudart.cudaMemcpyKind.cudaMemcpyDeviceToHost
-        keep = []  # host arrays must outlive the async copies
+    def run(self, outputs: Sequence[str] | None, feeds: Mapping[str, Any]) -> dict[str, Any]:
+        ctx = self._context
+        keep: list[Any] = []
         for info in self._inputs:
             if info.name not in feeds:
                 raise ValueError(f"{self.path.name}: missing input {info.name}")
-            a = np.ascontiguousarray(feeds[info.name], dtype=info.dtype)
-            keep.append(a)
-            if not ctx.set_input_shape(info.name, a.shape):
-                raise SynthesisError(
-                    f"{self.path.name}: input {info.name} shape {a.shape} is outside the plan's profile"
-                )
-            ptr = self._pool.get(info.name, a.nbytes)
-            if a.nbytes:
-                check_cuda(
-                    cudart.cudaMemcpyAsync(ptr, a.ctypes.data, a.nbytes, h2d, self._stream), "H2D copy"
-                )
-            ctx.set_tensor_address(info.name, ptr)
-        results: dict[str, np.ndarray] = {}
+            self._bind_input(info, feeds[info.name], keep)
+        names = list(outputs) if outputs is not None else [o.name for o in self._outputs]
+        wanted = set(names)
+        results: dict[str, Any] = {}
         for info in self._outputs:
-            shape = tuple(ctx.get_tensor_shape(info.name))
+            shape = tuple(int(d) for d in ctx.get_tensor_shape(info.name))
             if any(d < 0 for d in shape):
-                raise SynthesisError(f"{self.path.name}: output {info.name} shape unresolved: {shape}")
-            host = np.empty(shape, dtype=info.dtype)
-            ctx.set_tensor_address(info.name, self._pool.get(info.name, host.nbytes))
-            results[info.name] = host
+                # size known only while running: TensorRT asks the allocator (address nullptr until then)
+                if info.name not in self._allocated:
+                    if not ctx.set_output_allocator(info.name, self._allocator):
+                        raise SynthesisError(f"{self.path.name}: cannot set an allocator for {info.name}")
+                    self._allocated.add(info.name)
+                ctx.set_tensor_address(info.name, 0)
+                continue
+            if info.name in self.device_outputs and info.name in wanted:
+                dev = DeviceTensor(self._arena, shape, np.dtype(info.dtype))
+                ptr = dev.ptr
+                results[info.name] = dev
+            else:
+                host = np.empty(shape, dtype=info.dtype)
+                ptr = self._pool.get(info.name, host.nbytes)
+                results[info.name] = host
+            if not ctx.set_tensor_address(info.name, ptr):
+                raise SynthesisError(f"{self.path.name}: cannot bind output {info.name}")
         if not ctx.execute_async_v3(self._stream):
             raise SynthesisError(f"{self.path.name}: TensorRT execution failed")
-        names = list(outputs) if outputs is not None else [o.name for o in self._outputs]
         for name in names:
-            host = results[name]
-            if host.nbytes:
-                ptr = self._pool.get(name, host.nbytes)
-                check_cuda(
-                    cudart.cudaMemcpyAsync(host.ctypes.data, ptr, host.nbytes, d2h, self._stream), "D2H copy"
-                )
-        check_cuda(cudart.cudaStreamSynchronize(self._stream), "cudaStreamSynchronize")
+            if name in self._allocated and name not in results:
+                shape = self._allocator.shapes.get(name)
+                if shape is None:
+                    raise SynthesisError(f"{self.path.name}: TensorRT did not report the shape of {name}")
+                info = next(o for o in self._outputs if o.name == name)
+                host = np.empty(shape, dtype=info.dtype)
+                self._arena.copy(host.ctypes.data, self._allocator.addresses[name], host.nbytes, "D2H")
+                results[name] = host
+            elif isinstance(results[name], np.ndarray):
+                host = results[name]
+                self._arena.copy(host.ctypes.data, self._pool.get(name, host.nbytes), host.nbytes, "D2H")
+        self._arena.sync()
         del keep
         return {n: results[n] for n in names}
 
     def close(self) -> None:
         self._pool.close()
+        if getattr(self, "_arena", None) is not None:
+            self._arena.close()
         if getattr(self, "_stream", None) is not None:
             check_cuda(self._cudart.cudaStreamDestroy(self._stream), "cudaStreamDestroy")
             self._stream = None

@@ -1,0 +1,1 @@
+"""TensorRT backend: device memory, output allocation and the session pieces around a plan."""
