@@ -322,7 +322,7 @@ _INSTALL = {
     ),
     "gpu": "an NVIDIA GPU with its driver (nvidia-smi must list it)",
     "tensorrt": "pip install 'fasttts-cli[gpu]'  (tensorrt from NVIDIA's index: --extra-index-url https://pypi.nvidia.com)",
-    "cuda-python": "pip install 'cuda-python>=12'",
+    "cuda-python": "pip install 'cuda-python>=12,<13'  (CUDA 12, as the tensorrt-cu12 wheel)",
     "tensorrt-llm": (
         "a separate Python 3.12 environment: python3.12 -m venv ~/trtllm && ~/trtllm/bin/pip install "
         f"'tensorrt-llm>=1.2,<1.3' --extra-index-url https://pypi.nvidia.com; then export "

@@ -134,7 +134,7 @@ _TRT = Requirement(
     "tensorrt",
     "pip install 'fasttts-cli[gpu]'  (tensorrt from NVIDIA's index: --extra-index-url https://pypi.nvidia.com)",
 )
-_CUDA_PYTHON = Requirement("cuda", "pip install 'cuda-python>=12'", label="cuda-python")
+_CUDA_PYTHON = Requirement("cuda", "pip install 'cuda-python>=12,<13'", label="cuda-python")
 _TRTLLM = Requirement(
     "tensorrt_llm",
     "a separate Python 3.12 environment: python3.12 -m venv ~/trtllm && ~/trtllm/bin/pip install "
