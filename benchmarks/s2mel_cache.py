@@ -25,6 +25,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from fasttts_cli.indextts2.cfm import ort_opener
 from fasttts_cli.indextts2.sessions import available_cpus
 from fasttts_cli.s2mel_cache import piecewise_ort as po
 from fasttts_cli.s2mel_cache.calibrate import calibrate_ort, relative_mae
@@ -56,7 +57,7 @@ def bench_size(name: str, args: argparse.Namespace, out_dir: Path) -> dict:
     t0 = time.perf_counter()
     export_pieces(dit, out_dir / name, verify=True)
     export_s = time.perf_counter() - t0
-    pieces = po.OrtPieces.load(out_dir / name, threads=args.threads, diag=True)
+    pieces = po.OrtPieces.load(out_dir / name, ort_opener(args.threads), diag=True)
     rng = np.random.default_rng(args.seed)
     cal_frames = args.cal_frames_tiny if name == "tiny" else args.cal_frames_full
     n_cal = args.cal_lines_tiny if name == "tiny" else args.cal_lines_full
