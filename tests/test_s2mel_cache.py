@@ -11,6 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from fasttts_cli.build.random_model import dit_config, random_dit  # noqa: E402
 from fasttts_cli.build.s2mel import CFM  # noqa: E402
 from fasttts_cli.engine_folder import ComponentEntry, Manifest, read_manifest, write_manifest  # noqa: E402
 from fasttts_cli.errors import EngineMismatchError, UsageError  # noqa: E402
@@ -25,7 +26,6 @@ from fasttts_cli.s2mel_cache.policy import (  # noqa: E402
     load_policy,
     write_policy_set,
 )
-from fasttts_cli.s2mel_cache.random_dit import dit_config, random_dit  # noqa: E402
 from fasttts_cli.s2mel_cache.schedules import euler_times, step_times, sway_grid  # noqa: E402
 
 DEPTH, STEPS = 5, 6

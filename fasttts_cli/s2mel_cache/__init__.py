@@ -1,5 +1,6 @@
 """Training-free s2mel speed-up (issue 5): calibrated temporal and CFG-branch skipping of the DiT's
 attention/FFN modules (DiTReducio-style), Euler step schedules, and the pieces that make skipping real.
+(Random-weight DiTs for its tests and benchmarks: build.random_model.random_dit.)
 
     schedules        Euler time grids (uniform = the original's, sway)
     core             the one Euler CFM loop and its cached piecewise velocity, backend-neutral (no torch)
@@ -9,5 +10,4 @@ attention/FFN modules (DiTReducio-style), Euler step schedules, and the pieces t
     piecewise_ort    the loop on ONNX Runtime; `CachedCFM`, the engine hook
     calibrate        the three-phase calibration (torch modules or ORT pieces; an engine folder's in
                      indextts2.calibrate_engine: this package never imports the engine)
-    random_dit       random-weight DiTs for tests and the benchmark
 """

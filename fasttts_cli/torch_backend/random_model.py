@@ -1,25 +1,24 @@
-"""Random-weight UnifiedVoice, S2Mel and BigVGAN built in-process from our own module definitions.
+"""Random-weight UnifiedVoice, S2Mel and BigVGAN in-process, on a device, at two sizes: "full" (the official
+config's widths, spec §1.2/§2.8) for the GPU bench and "tiny" for fast CPU tests.
 
-For the GPU bench (full size: the official config's widths, spec §1.2/§2.8) and for fast CPU tests (tiny).
 Nothing is read from disk and nothing is downloaded, so the acceptance script needs no checkpoint carried to
-the GPU machine. Values are seeded and of ordinary magnitude (GPT-2-style init), so half precision runs
-without overflow and comparisons between precisions mean something; they are not a trained model.
+the GPU machine. The weights come from the one factory (`build.random_model.init_weights`) with dense
+scales capped GPT-2 style, so half precision runs without overflow and comparisons between precisions mean
+something; they are not a trained model.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
-from torch import nn
 
+from fasttts_cli.build import random_model as rm
 from fasttts_cli.build.bigvgan import BigVGAN, BigVGANConfig
-from fasttts_cli.build.dit import DiT, DiTConfig
-from fasttts_cli.build.s2mel import CFM, GptLayer, LengthRegulator, S2Mel
+from fasttts_cli.build.s2mel import S2Mel
+from fasttts_cli.build.tiny_config import FULL, bigvgan_config
 from fasttts_cli.build.unified_voice import UnifiedVoice, UnifiedVoiceConfig
-from fasttts_cli.build.wavenet import WaveNetConfig
 
 
 def _conditioner(out: int, units: int, heads: int, blocks: int) -> dict[str, Any]:
@@ -81,51 +80,20 @@ TINY_S2MEL = S2MelSizes(
     hidden=32, heads=2, depth=3, wavenet_layers=2, lr_channels=32, gpt_dim=64, content_in=16
 )
 
-FULL_BIGVGAN = BigVGANConfig(
-    num_mels=80,
-    upsample_initial_channel=1536,
-    upsample_rates=(4, 4, 2, 2, 2, 2),
-    upsample_kernel_sizes=(8, 8, 4, 4, 4, 4),
-    resblock_kernel_sizes=(3, 7, 11),
-    resblock_dilation_sizes=((1, 3, 5), (1, 3, 5), (1, 3, 5)),
-    use_tanh_at_final=False,
-    use_bias_at_final=False,
+FULL_BIGVGAN = BigVGANConfig.from_json(bigvgan_config(FULL))
+TINY_BIGVGAN = BigVGANConfig.from_json(
+    bigvgan_config(
+        replace(
+            FULL,
+            bigvgan_channels=32,
+            bigvgan_rates=(4, 4),
+            bigvgan_kernels=(8, 8),
+            bigvgan_res_kernels=(3,),
+            bigvgan_res_dilations=((1, 3),),
+        )
+    )
 )
-TINY_BIGVGAN = BigVGANConfig(
-    num_mels=80,
-    upsample_initial_channel=32,
-    upsample_rates=(4, 4),
-    upsample_kernel_sizes=(8, 8),
-    resblock_kernel_sizes=(3,),
-    resblock_dilation_sizes=((1, 3),),
-    use_tanh_at_final=False,
-    use_bias_at_final=False,
-)
-
-
-@torch.no_grad()
-def randomize(module: nn.Module, seed: int, std: float = 0.02) -> nn.Module:
-    """Seeded values for every parameter: matrices N(0, std) scaled for fan-in > 1024, vectors as norm
-    scales (1 + small) or biases (small). Buffers (BigVGAN's filters, position tables) stay as built."""
-    first = next(module.parameters(), None)
-    dev = first.device if first is not None else torch.device("cpu")
-    g = torch.Generator(device=dev).manual_seed(seed)
-
-    def randn(shape: torch.Size) -> torch.Tensor:
-        return torch.randn(shape, generator=g, device=dev)
-
-    for name, p in module.named_parameters():
-        if p.dim() >= 2:
-            fan_in = p[0].numel() if not name.endswith("c_attn.weight") else p.shape[0]
-            s = min(std, 1.0 / math.sqrt(max(fan_in, 1)))
-            p.copy_(randn(p.shape) * s)
-        elif name.endswith(("weight", "gamma", "scale")):
-            p.copy_(1.0 + 0.05 * randn(p.shape))
-        elif name.endswith(("alpha", "beta")):
-            p.copy_(0.1 * randn(p.shape))
-        else:
-            p.copy_(0.02 * randn(p.shape))
-    return module
+GPT_STD, S2MEL_STD = 0.02, 0.05  # dense-weight caps (GPT-2's 0.02; the s2mel nets and BigVGAN 0.05)
 
 
 def random_unified_voice(
@@ -144,40 +112,36 @@ def random_unified_voice(
     uv = uv.to_empty(device=dev)
     uv.conditioning_encoder = ConformerEncoder(cfg.spk_conformer).to(dev)
     uv.emo_conditioning_encoder = ConformerEncoder(cfg.emo_conformer).to(dev)
-    randomize(uv, seed)
-    g = torch.Generator(device=dev).manual_seed(seed + 1)
-    with torch.no_grad():  # embeddings and position tables at GPT-2's scale
-        for emb in (uv.text_embedding, uv.mel_embedding, uv.speed_emb):
+    with torch.no_grad():
+        rm.init_weights(uv, rm.generator(seed, dev), rm.torch_rule(GPT_STD))
+        g = rm.generator(seed + 1, dev)
+        for emb in (uv.text_embedding, uv.mel_embedding, uv.speed_emb):  # at GPT-2's scale
             emb.weight.normal_(0.0, 0.02, generator=g)
     return uv.eval().requires_grad_(False)
 
 
 def random_s2mel(size: str = "full", seed: int = 1, device: torch.device | str = "cpu") -> S2Mel:
     s = FULL_S2MEL if size == "full" else TINY_S2MEL
-    wn = WaveNetConfig(
-        hidden_dim=s.hidden, num_layers=s.wavenet_layers, kernel_size=5, dilation_rate=1, cond_dim=s.hidden
+    full = size == "full"
+    dcfg = rm.dit_config(
+        s.hidden,
+        s.depth,
+        s.heads,
+        s.lr_channels,
+        s.style_dim,
+        s.wavenet_layers,
+        freq_embed_dim=256 if full else 32,
+        max_positions=16384 if full else 256,
     )
-    dcfg = DiTConfig(
-        hidden_dim=s.hidden,
-        num_heads=s.heads,
-        depth=s.depth,
-        in_channels=s.n_mels,
-        content_dim=s.lr_channels,
-        style_dim=s.style_dim,
-        content_codebook_size=1024,
-        max_positions=16384 if size == "full" else 256,
-        freq_embed_dim=256 if size == "full" else 32,
-        wavenet=wn,
-        uvit_skip=True,
-    )
-    lr = LengthRegulator(s.content_in, s.lr_channels, 4, 2048 if size == "full" else 16)
-    widths = [s.gpt_dim, 256, 128, s.content_in] if size == "full" else [s.gpt_dim, 24, s.content_in]
-    model = S2Mel(CFM(DiT(dcfg)), lr, GptLayer(widths)).to(device)
-    randomize(model, seed, std=0.05)
+    widths = [s.gpt_dim, 256, 128, s.content_in] if full else [s.gpt_dim, 24, s.content_in]
+    model = rm.s2mel_module(dcfg, s.content_in, 4, 2048 if full else 16, widths).to(device)
+    with torch.no_grad():
+        rm.init_weights(model, rm.generator(seed, device), rm.torch_rule(S2MEL_STD))
     return model.eval().requires_grad_(False)
 
 
 def random_bigvgan(size: str = "full", seed: int = 2, device: torch.device | str = "cpu") -> BigVGAN:
     model = BigVGAN(FULL_BIGVGAN if size == "full" else TINY_BIGVGAN).to(device)
-    randomize(model, seed, std=0.05)
+    with torch.no_grad():
+        rm.init_weights(model, rm.generator(seed, device), rm.torch_rule(S2MEL_STD))
     return model.eval().requires_grad_(False)
