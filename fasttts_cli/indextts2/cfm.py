@@ -50,21 +50,17 @@ def session_velocity(session: Any, run: core.CFMRun) -> core.Velocity:
 
 def solve(
     velocity_for: Callable[[core.CFMRun], core.Velocity],
-    cat_condition: np.ndarray,
-    x_lens: np.ndarray,
-    prompt: np.ndarray,
-    prompt_lens: np.ndarray,
-    style: np.ndarray,
+    inp: Any,
     z: np.ndarray,
     steps: int = 25,
     cfg_rate: float = 0.7,
     schedule: str = "uniform",
 ) -> np.ndarray:
     """Euler CFM from start noise z (B, n_mels, T) -> x (B, n_mels, T) float32, each row's prompt region
-    and padding zero; `velocity_for(run)` gives the backend's velocity for this run's fixed inputs."""
-    run, x = piecewise_ort.prepare(
-        cat_condition, x_lens, prompt, prompt_lens, style, z, euler_times(steps, schedule), cfg_rate
-    )
+    and padding zero. `inp`: the engine's CFMInputs (cat_condition, x_lens, prompt, prompt_lens, style);
+    `velocity_for(run)` gives the backend's velocity for this run's fixed inputs."""
+    args = (inp.cat_condition, inp.x_lens, inp.prompt, inp.prompt_lens, inp.style, z)
+    run, x = piecewise_ort.prepare(*args, euler_times(steps, schedule), cfg_rate)
     return np.asarray(core.euler(velocity_for(run), x, run.keep, run.times), np.float32)
 
 

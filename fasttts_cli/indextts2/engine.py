@@ -694,9 +694,8 @@ class IndexTTS2Engine:
         else:
             sess = self.session(DIT_CFG_STEP)
             velocity_for = lambda run: cfm_stage.session_velocity(sess, run)  # noqa: E731
-        args = (inp.cat_condition, inp.x_lens, inp.prompt, inp.prompt_lens, inp.style, z)
         with self.times.time("cfm"):
-            x = cfm_stage.solve(velocity_for, *args, steps, cfg_rate, schedule)
+            x = cfm_stage.solve(velocity_for, inp, z, steps, cfg_rate, schedule)
         if cached is None:
             self.times.calls["cfm_steps"] = self.times.calls.get("cfm_steps", 0) + steps
         return x

@@ -47,6 +47,7 @@ from fasttts_cli.s2mel_cache.core import (
     run_steps,
 )
 from fasttts_cli.s2mel_cache.policy import LEVELS, Policy, PolicySet, level_threshold
+from fasttts_cli.s2mel_cache.schedules import euler_times
 
 CANDIDATE_FRACTION = 0.10
 CAPPED_PER_STEP = 4  # trials per calibrated step when a pass is capped (max_trials)
@@ -318,6 +319,30 @@ def calibrate_levels(
 # ------------------------------------------------------------------------------------- PyTorch modules
 
 
+def _calibrate_run(
+    pieces: Pieces,
+    run: CFMRun,
+    x0: Any,
+    to_numpy: ToNumpy,
+    diag: np.ndarray,
+    levels: Sequence[str],
+    *,
+    engine_id: str,
+    schedule: str,
+    provenance: dict[str, Any],
+    **options: Any,
+) -> tuple[PolicySet, list[LevelReport]]:
+    """One backend's calibration of prepared rows; `options` are Calibrator's (head_branch_skip,
+    group_first, max_trials, progress)."""
+    cal = Calibrator(pieces, run, x0, to_numpy, diag, **options)
+    return calibrate_levels(cal, levels, engine_id=engine_id, schedule=schedule, provenance=provenance)
+
+
+def _provenance(seed: int, batch: dict[str, np.ndarray], backend: str) -> dict[str, Any]:
+    frames = batch["x_lens"].tolist()
+    return {"seed": seed, "rows": len(frames), "frames": frames, "backend": backend}
+
+
 def calibrate_modules(
     dit: Any,
     rows: Sequence[dict[str, np.ndarray]],
@@ -328,49 +353,31 @@ def calibrate_modules(
     cfg_rate: float = 0.7,
     seed: int = 0,
     engine_id: str | None = None,
-    head_branch_skip: bool = True,
-    group_first: bool = True,
-    max_trials: int | None = None,
-    progress: Callable[[str], None] | None = None,
+    **options: Any,
 ) -> tuple[PolicySet, list[LevelReport]]:
     """Calibrate on the PyTorch DiT. `rows`: per calibration line {"mu" (T, C), "prompt" (80, Tm),
     "style" (style_dim,)}; the start noise comes from `seed`. `engine_id` defaults to a digest of the DiT
-    weights (pass the engine's identity to use the policy with that engine)."""
+    weights (pass the engine's identity to use the policy with that engine). `options`: Calibrator's
+    head_branch_skip, group_first, max_trials, progress."""
     import torch
 
     from fasttts_cli.s2mel_cache import piecewise_torch as pt
-    from fasttts_cli.s2mel_cache.schedules import euler_times
 
     batch = stack_rows(rows, seed, n_mels=dit.cfg.in_channels)
-    t = {k: torch.from_numpy(v) for k, v in batch.items()}
-    times = euler_times(steps, schedule)
-    run, x0 = pt.prepare(
-        t["mu"], t["x_lens"], t["prompt"], t["prompt_lens"], t["style"], t["z"], times, cfg_rate
-    )
+    names = ("mu", "x_lens", "prompt", "prompt_lens", "style", "z")
+    run, x0 = pt.prepare(*(torch.from_numpy(batch[k]) for k in names), euler_times(steps, schedule), cfg_rate)
     with torch.inference_mode():
-        diag = pt.diagonal_scores(dit, run, x0)
-        cal = Calibrator(
+        return _calibrate_run(
             pt.TorchPieces(dit),
             run,
             x0,
             lambda a: a.detach().numpy(),
-            diag,
-            head_branch_skip=head_branch_skip,
-            group_first=group_first,
-            max_trials=max_trials,
-            progress=progress,
-        )
-        return calibrate_levels(
-            cal,
+            pt.diagonal_scores(dit, run, x0),
             levels,
             engine_id=engine_id or dit_weights_identity(dit),
             schedule=schedule,
-            provenance={
-                "seed": seed,
-                "rows": len(rows),
-                "frames": batch["x_lens"].tolist(),
-                "backend": "torch",
-            },
+            provenance=_provenance(seed, batch, "torch"),
+            **options,
         )
 
 
@@ -422,46 +429,24 @@ def calibrate_ort(
     schedule: str = "uniform",
     cfg_rate: float = 0.7,
     seed: int = 0,
-    head_branch_skip: bool = True,
-    group_first: bool = True,
-    max_trials: int | None = None,
-    progress: Callable[[str], None] | None = None,
+    **options: Any,
 ) -> tuple[PolicySet, list[LevelReport]]:
-    """Calibrate on exported pieces (piecewise_ort.OrtPieces loaded with diag=True): the runtime path."""
+    """Calibrate on exported pieces (piecewise_ort.OrtPieces loaded with diag=True): the runtime path.
+    `options`: Calibrator's head_branch_skip, group_first, max_trials, progress."""
     from fasttts_cli.s2mel_cache import piecewise_ort as po
-    from fasttts_cli.s2mel_cache.schedules import euler_times
 
     batch = stack_rows(rows, seed)
-    run, x0 = po.prepare(
-        batch["mu"],
-        batch["x_lens"],
-        batch["prompt"],
-        batch["prompt_lens"],
-        batch["style"],
-        batch["z"],
-        euler_times(steps, schedule),
-        cfg_rate,
-    )
-    cal = Calibrator(
+    names = ("mu", "x_lens", "prompt", "prompt_lens", "style", "z")
+    run, x0 = po.prepare(*(batch[k] for k in names), euler_times(steps, schedule), cfg_rate)
+    return _calibrate_run(
         pieces,
         run,
         x0,
         np.asarray,
         po.diagonal_scores(pieces, run, x0),
-        head_branch_skip=head_branch_skip,
-        group_first=group_first,
-        max_trials=max_trials,
-        progress=progress,
-    )
-    return calibrate_levels(
-        cal,
         levels,
         engine_id=engine_id,
         schedule=schedule,
-        provenance={
-            "seed": seed,
-            "rows": len(rows),
-            "frames": batch["x_lens"].tolist(),
-            "backend": "onnxruntime",
-        },
+        provenance=_provenance(seed, batch, "onnxruntime"),
+        **options,
     )

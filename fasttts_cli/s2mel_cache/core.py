@@ -35,7 +35,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from fasttts_cli.s2mel_cache.schedules import step_times
+from fasttts_cli.s2mel_cache.schedules import euler_times, step_times
 
 COMPUTE, TEMPORAL, BRANCH = "C", "T", "B"
 KINDS = ("attn", "ffn")
@@ -326,6 +326,24 @@ def run_steps(
         return guided_velocity(p, plan, step, state, x, t, run, observer)
 
     return euler(velocity, x, run.keep, run.times, start, stop)
+
+
+def solve(
+    p: Pieces,
+    inputs: tuple[Array, ...],
+    steps: int = 25,
+    cfg_rate: float = 0.7,
+    *,
+    schedule: str = "uniform",
+    times: np.ndarray | None = None,
+    plan: Plan | None = None,
+) -> Array:
+    """`CFM.solve`'s contract (inputs = (mu, x_lens, prompt, prompt_lens, style, z), start noise z
+    (B, 80, T); returns x with zero prompt region), the DiT run in pieces under `plan` (None = T0,
+    everything computed). `times` overrides the grid built from steps and schedule."""
+    grid = euler_times(steps, schedule) if times is None else np.asarray(times, np.float32)
+    run, x = prepare(*inputs, grid, cfg_rate)
+    return run_steps(p, plan or FULL, run, x, CacheState())
 
 
 def module_units(plan: Plan, depth: int, steps: int, cfg: bool = True) -> tuple[int, int]:

@@ -18,7 +18,6 @@ import numpy as np
 from fasttts_cli.errors import EngineMismatchError
 from fasttts_cli.s2mel_cache import core
 from fasttts_cli.s2mel_cache.core import FULL, CacheState, CFMRun, Plan, run_steps
-from fasttts_cli.s2mel_cache.schedules import euler_times
 
 PIECES_DIR = "s2mel_pieces"  # inside the engine folder
 INDEX = "pieces.json"
@@ -119,43 +118,21 @@ class OrtPieces:
         return np.full((n,), value, np.float32)
 
 
-def prepare(
-    mu: np.ndarray,
-    x_lens: np.ndarray,
-    prompt: np.ndarray,
-    prompt_lens: np.ndarray,
-    style: np.ndarray,
-    z: np.ndarray,
-    times: np.ndarray,
-    cfg_rate: float = 0.7,
-) -> tuple[CFMRun, np.ndarray]:
-    """core.prepare on float32 / int64 numpy arrays (the sessions' input types)."""
-    f32 = lambda a: np.asarray(a, np.float32)  # noqa: E731
-    i64 = lambda a: np.asarray(a, np.int64)  # noqa: E731
-    return core.prepare(
-        f32(mu), i64(x_lens), f32(prompt), i64(prompt_lens), f32(style), f32(z), times, cfg_rate
-    )
+def _numpy(inputs: tuple[Any, ...]) -> tuple[np.ndarray, ...]:
+    """(mu, x_lens, prompt, prompt_lens, style, z) as the sessions take them: lengths int64, the rest
+    float32."""
+    return tuple(np.asarray(a, np.int64 if i in (1, 3) else np.float32) for i, a in enumerate(inputs))
 
 
-def solve(
-    pieces: OrtPieces,
-    mu: np.ndarray,
-    x_lens: np.ndarray,
-    prompt: np.ndarray,
-    prompt_lens: np.ndarray,
-    style: np.ndarray,
-    z: np.ndarray,
-    steps: int = 25,
-    cfg_rate: float = 0.7,
-    *,
-    schedule: str = "uniform",
-    times: np.ndarray | None = None,
-    plan: Plan | None = None,
-) -> np.ndarray:
-    """Euler CFM from start noise z (B, 80, T) under `plan` (None = T0) -> x (B, 80, T)."""
-    grid = euler_times(steps, schedule) if times is None else np.asarray(times, np.float32)
-    run, x = prepare(mu, x_lens, prompt, prompt_lens, style, z, grid, cfg_rate)
-    return run_steps(pieces, plan or FULL, run, x, CacheState())
+def prepare(*args: Any) -> tuple[CFMRun, np.ndarray]:
+    """core.prepare(mu, x_lens, prompt, prompt_lens, style, z, times, cfg_rate) on numpy arrays."""
+    return core.prepare(*_numpy(args[:6]), *args[6:])
+
+
+def solve(pieces: OrtPieces, *args: Any, **options: Any) -> np.ndarray:
+    """core.solve(pieces, mu, x_lens, prompt, prompt_lens, style, z, steps, cfg_rate, schedule=,
+    times=, plan=) on numpy arrays: the Euler CFM under a plan (None = T0)."""
+    return core.solve(pieces, _numpy(args[:6]), *args[6:], **options)
 
 
 def diagonal_scores(pieces: OrtPieces, run: CFMRun, x0: np.ndarray) -> np.ndarray:

@@ -15,8 +15,9 @@ import numpy as np
 import torch
 
 from fasttts_cli.build.dit import DiT, DiTInputs, apply_rope
-from fasttts_cli.s2mel_cache.core import FULL, CacheState, CFMRun, Plan, prepare, run_steps
-from fasttts_cli.s2mel_cache.schedules import euler_times
+from fasttts_cli.s2mel_cache import core
+from fasttts_cli.s2mel_cache.core import FULL, CacheState, CFMRun, run_steps
+from fasttts_cli.s2mel_cache.core import prepare as prepare  # torch runs prepare with the one masking
 
 # Half-width (frames) of the band around the diagonal whose attention mass defines "diagonal-like".
 DIAGONAL_BAND = 3
@@ -78,26 +79,10 @@ class TorchPieces:
 
 
 @torch.inference_mode()
-def solve(
-    dit: DiT,
-    mu: torch.Tensor,
-    x_lens: torch.Tensor,
-    prompt: torch.Tensor,
-    prompt_lens: torch.Tensor,
-    style: torch.Tensor,
-    z: torch.Tensor,
-    n_steps: int = 25,
-    cfg_rate: float = 0.7,
-    *,
-    schedule: str = "uniform",
-    times: np.ndarray | None = None,
-    plan: Plan | None = None,
-) -> torch.Tensor:
-    """`CFM.solve`'s contract (returns x (B, 80, T) with zero prompt region), run in pieces under `plan`
-    (None = T0, everything computed). `times` overrides the grid built from n_steps and schedule."""
-    grid = euler_times(n_steps, schedule) if times is None else np.asarray(times, np.float32)
-    run, x = prepare(mu, x_lens, prompt, prompt_lens, style, z, grid, cfg_rate)
-    return run_steps(TorchPieces(dit), plan or FULL, run, x, CacheState())
+def solve(dit: DiT, *inputs: Any, **options: Any) -> torch.Tensor:
+    """core.solve over this DiT's pieces: (mu, x_lens, prompt, prompt_lens, style, z, steps, cfg_rate,
+    schedule=, times=, plan=) -> x (B, 80, T); with no plan (T0) it is `CFM.solve`."""
+    return core.solve(TorchPieces(dit), inputs[:6], *inputs[6:], **options)
 
 
 def attention_probs(dit: DiT, layer: int, x: torch.Tensor, ctx: DiTInputs) -> torch.Tensor:

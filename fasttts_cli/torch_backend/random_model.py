@@ -17,49 +17,29 @@ import torch
 from fasttts_cli.build import random_model as rm
 from fasttts_cli.build.bigvgan import BigVGAN, BigVGANConfig
 from fasttts_cli.build.s2mel import S2Mel
-from fasttts_cli.build.tiny_config import FULL, bigvgan_config
+from fasttts_cli.build.tiny_config import FULL, bigvgan_config, make_config
 from fasttts_cli.build.unified_voice import UnifiedVoice, UnifiedVoiceConfig
 
-
-def _conditioner(out: int, units: int, heads: int, blocks: int) -> dict[str, Any]:
-    return {
-        "output_size": out,
-        "linear_units": units,
-        "attention_heads": heads,
-        "num_blocks": blocks,
-        "input_layer": "conv2d2",
-        "perceiver_mult": 2,
-    }
-
-
-FULL_GPT: dict[str, Any] = {
-    "model_dim": 1280,
-    "layers": 24,
-    "heads": 20,
-    "max_mel_tokens": 1815,
-    "max_text_tokens": 600,
-    "number_text_tokens": 12000,
-    "number_mel_codes": 8194,
-    "start_mel_token": 8192,
-    "stop_mel_token": 8193,
-    "start_text_token": 0,
-    "stop_text_token": 1,
-    "condition_type": "conformer_perceiver",
-    "condition_module": _conditioner(512, 2048, 8, 6),
-    "emo_condition_module": _conditioner(512, 1024, 4, 4),
-}
-
-TINY_GPT: dict[str, Any] = {
-    **FULL_GPT,
-    "model_dim": 64,
-    "layers": 2,
-    "heads": 4,
-    "max_mel_tokens": 80,
-    "max_text_tokens": 40,
-    "number_text_tokens": 60,
-    "condition_module": _conditioner(32, 32, 2, 1),
-    "emo_condition_module": _conditioner(32, 32, 2, 1),
-}
+# config.yaml's gpt section (spec §1.2) at the release's sizes and at the tiny test sizes
+FULL_GPT: dict[str, Any] = make_config(FULL)["gpt"]
+TINY_GPT: dict[str, Any] = make_config(
+    replace(
+        FULL,
+        gpt_dim=64,
+        gpt_layers=2,
+        gpt_heads=4,
+        max_mel_tokens=80,
+        max_text_tokens=40,
+        number_text_tokens=60,
+        cond_width=32,
+        cond_units=32,
+        cond_heads=2,
+        cond_blocks=1,
+        emo_cond_units=32,
+        emo_cond_heads=2,
+        emo_cond_blocks=1,
+    )
+)["gpt"]
 
 
 @dataclass(frozen=True)
