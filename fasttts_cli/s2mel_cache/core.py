@@ -252,8 +252,9 @@ def _as_float(mask: Array, like: Array) -> Array:
 
 
 def dt_scalar(x: Array, dt: np.float32) -> Any:
-    """dt as the loop multiplies it: np.float32 for numpy; for torch a Python float, exact for a float32
-    value, so x + dt * v rounds as the original's 0-d float32 tensor does."""
+    """dt as the loop multiplies it: np.float32 for numpy (a strong float32 scalar, so a velocity of
+    another dtype still gives a float32 step, as the original's float32 dt did); for torch a Python
+    float, exact for a float32 value, so x + dt * v rounds as the original's 0-d float32 tensor does."""
     return np.float32(dt) if _is_numpy(x) else float(dt)
 
 
