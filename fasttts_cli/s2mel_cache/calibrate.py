@@ -86,6 +86,17 @@ class TablePlan:
         return Policy.from_table(level, threshold, table, "".join(self.head_row), error)
 
 
+@dataclass(frozen=True)
+class _Snapshot:
+    """Where a trial starts: the table so far, at the start of `step` (x and caches there)."""
+
+    plan: TablePlan
+    step: int
+    x: Any
+    state: CacheState
+    threshold: float
+
+
 @dataclass
 class LevelReport:
     level: str
@@ -211,29 +222,20 @@ class Calibrator:
                 (e for e in by_step[s] if self._row(plan, e)[s] == COMPUTE),
                 key=lambda e: (e[0], KINDS.index(e[1]) if e[1] in KINDS else len(KINDS)),
             )
+            at_s = _Snapshot(plan, s, x, state, thr)
             if capped:
-                budget = [CAPPED_PER_STEP]
-                accepted += self._bisect(plan, todo, s, x, state, thr, budget)
+                accepted += self._bisect(at_s, todo, [CAPPED_PER_STEP])
                 continue
-            if self.group_first and len(todo) > 1 and self._try(plan, todo, s, x, state, thr):
+            if self.group_first and len(todo) > 1 and self._try(at_s, todo):
                 accepted += len(todo)
                 continue
             for e in todo:
-                accepted += self._try(plan, [e], s, x, state, thr)
+                accepted += self._try(at_s, [e])
         if self.progress:
             self.progress(f"pass done: {accepted} of {len(trials)} accepted, error {self.error:.4g}")
         return accepted
 
-    def _bisect(
-        self,
-        plan: TablePlan,
-        entries: Sequence[tuple[int, str, str]],
-        s: int,
-        x: Any,
-        state: CacheState,
-        thr: float,
-        budget: list[int],
-    ) -> int:
+    def _bisect(self, at: _Snapshot, entries: Sequence[tuple[int, str, str]], budget: list[int]) -> int:
         """Accept `entries` together if their strictest bound holds, else recurse on the deeper half
         (looser bounds) then the shallower half, while the step's trial budget lasts."""
         if not entries:
@@ -242,31 +244,24 @@ class Calibrator:
             self.truncated = True
             return 0
         budget[0] -= 1
-        if self._try(plan, entries, s, x, state, thr):
+        if self._try(at, entries):
             return len(entries)
         if len(entries) == 1:
             return 0
         mid = len(entries) // 2
-        deep = self._bisect(plan, entries[mid:], s, x, state, thr, budget)
-        return deep + self._bisect(plan, entries[:mid], s, x, state, thr, budget)
+        deep = self._bisect(at, entries[mid:], budget)
+        return deep + self._bisect(at, entries[:mid], budget)
 
     @staticmethod
     def _row(plan: TablePlan, entry: tuple[int, str, str]) -> list[str]:
         layer, kind, _ = entry
         return plan.head_row if kind == "head" else plan.rows[kind][layer]
 
-    def _try(
-        self,
-        plan: TablePlan,
-        entries: Sequence[tuple[int, str, str]],
-        s: int,
-        x: Any,
-        state: CacheState,
-        thr: float,
-    ) -> bool:
+    def _try(self, at: _Snapshot, entries: Sequence[tuple[int, str, str]]) -> bool:
+        plan, s, thr = at.plan, at.step, at.threshold
         for e in entries:
             self._row(plan, e)[s] = e[2]
-        out = run_steps(self.pieces, plan, self.run, x, state.copy(), s)
+        out = run_steps(self.pieces, plan, self.run, at.x, at.state.copy(), s)
         self.trials += 1
         err = relative_mae(self.to_numpy(out), self.ref, self.keep)
         bound = thr * min(min(e[0] + 1, self.depth) for e in entries) / self.depth
