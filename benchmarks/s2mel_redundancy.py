@@ -31,9 +31,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from fasttts_cli.build.random_model import dit_config, random_dit
 from fasttts_cli.s2mel_cache import piecewise_torch as pt
 from fasttts_cli.s2mel_cache.core import FULL, KINDS, CacheState, run_steps
-from fasttts_cli.s2mel_cache.random_dit import dit_config, random_dit
 from fasttts_cli.s2mel_cache.schedules import euler_times
 
 

@@ -144,7 +144,7 @@ def calibrate(
     def body(rep: Reporter) -> dict[str, Any]:
         from fasttts_cli.engine_folder import read_manifest
         from fasttts_cli.errors import EngineMismatchError, MissingDependencyError
-        from fasttts_cli.s2mel_cache.calibrate import calibrate as run_calibration
+        from fasttts_cli.indextts2.calibrate_engine import calibrate as run_calibration
         from fasttts_cli.s2mel_cache.piecewise_ort import PIECES_DIR
         from fasttts_cli.s2mel_cache.policy import LEVELS
 

@@ -240,7 +240,7 @@ def test_head_crop_keeps_every_velocity_the_cfm_uses() -> None:
     """DiT.head on frames [min(prompt_lens) - margin, T) only: v from each row's prompt end on equals the
     uncropped head's (the WaveNet reads at most `head_margin` frames to the left), zero before the crop;
     the CFM result is then the same, with and without the per-row reflect padding."""
-    from fasttts_cli.s2mel_cache.random_dit import dit_config, random_dit
+    from fasttts_cli.build.random_model import dit_config, random_dit
 
     dit = random_dit(dit_config(hidden=64, depth=3, heads=2, content_dim=64, style_dim=192, wavenet_layers=3))
     assert dit.head_margin == 3 * 2  # three k=5 layers, dilation 1

@@ -11,6 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from fasttts_cli.build.random_model import dit_config, random_dit  # noqa: E402
 from fasttts_cli.build.s2mel import CFM  # noqa: E402
 from fasttts_cli.engine_folder import ComponentEntry, Manifest, read_manifest, write_manifest  # noqa: E402
 from fasttts_cli.errors import EngineMismatchError, UsageError  # noqa: E402
@@ -25,7 +26,6 @@ from fasttts_cli.s2mel_cache.policy import (  # noqa: E402
     load_policy,
     write_policy_set,
 )
-from fasttts_cli.s2mel_cache.random_dit import dit_config, random_dit  # noqa: E402
 from fasttts_cli.s2mel_cache.schedules import euler_times, step_times, sway_grid  # noqa: E402
 
 DEPTH, STEPS = 5, 6
@@ -207,12 +207,13 @@ def test_skips_need_something_cached(dit) -> None:
 @pytest.fixture(scope="module")
 def ort_pieces(dit, tmp_path_factory):
     pytest.importorskip("onnxruntime")
+    from fasttts_cli.indextts2.cfm import ort_opener
     from fasttts_cli.s2mel_cache.export_pieces import export_pieces
     from fasttts_cli.s2mel_cache.piecewise_ort import OrtPieces
 
     folder = tmp_path_factory.mktemp("pieces") / "s2mel_pieces"
     export_pieces(dit, folder)
-    return OrtPieces.load(folder, threads=1, diag=True)
+    return OrtPieces.load(folder, ort_opener(1), diag=True)
 
 
 def test_ort_pieces_match_torch_and_skip_work(dit, ort_pieces) -> None:

@@ -34,9 +34,11 @@ def _linked_copy(src: Path, dst: Path) -> Path:
 def test_calibrate_engine_folder(parity_case: ParityCase, parity_checkpoint: Path, tmp_path: Path) -> None:
     from fasttts_cli.build.s2mel import load_s2mel
     from fasttts_cli.engine_folder import read_manifest
+    from fasttts_cli.indextts2.calibrate_engine import calibrate, engine_rows
+    from fasttts_cli.indextts2.cfm import ort_opener
     from fasttts_cli.indextts2.engine import DIT_CFG_STEP, IndexTTS2Engine
     from fasttts_cli.s2mel_cache import piecewise_ort as po
-    from fasttts_cli.s2mel_cache.calibrate import calibrate, engine_rows, stack_rows
+    from fasttts_cli.s2mel_cache.calibrate import stack_rows
     from fasttts_cli.s2mel_cache.export_pieces import PIECES_DIR, export_pieces_into_engine
     from fasttts_cli.s2mel_cache.policy import engine_identity, read_policy_set
 
@@ -54,7 +56,7 @@ def test_calibrate_engine_folder(parity_case: ParityCase, parity_checkpoint: Pat
     rows = engine_rows(engine, [voice], ["HELLO WORLD."], seed=3, max_codes=12)
     # T0 on the pieces == the engine's single-graph CFG step, on the engine's own CFM inputs
     b = stack_rows(rows[:1], 3)
-    pieces = po.OrtPieces.load(engine_dir / PIECES_DIR, threads=1)
+    pieces = po.OrtPieces.load(engine_dir / PIECES_DIR, ort_opener(1))
     steps = 4
     got = po.solve(pieces, b["mu"], b["x_lens"], b["prompt"], b["prompt_lens"], b["style"], b["z"], steps)
     from fasttts_cli.indextts2.engine import CFMInputs
@@ -71,6 +73,12 @@ def test_calibrate_engine_folder(parity_case: ParityCase, parity_checkpoint: Pat
     assert read_policy_set(engine_dir) == ps
     s2 = engine.preset.s2mel
     assert ps.steps == s2.steps and ps.schedule == s2.schedule
-    hook = po.CachedCFM.for_engine(engine_dir, read_manifest(engine_dir), replace(s2, cache_level="T4"), 1)
+    t4 = replace(s2, cache_level="T4")
+    hook = po.CachedCFM.for_engine(engine_dir, read_manifest(engine_dir), t4, ort_opener(1))
     assert hook is not None and hook.plan == ps.levels["T4"]
-    assert po.CachedCFM.for_engine(engine_dir, read_manifest(engine_dir), s2, 1) is None  # preset level T0
+    # preset level T0
+    assert po.CachedCFM.for_engine(engine_dir, read_manifest(engine_dir), s2, ort_opener(1)) is None
+    # the engine's cached CFM runs the one loop through the policy's pieces
+    cached = engine.cfm(inp, b["z"], s2.steps, s2.cfg_rate, s2.schedule, cache_level="T4")
+    plain = engine.cfm(inp, b["z"], s2.steps, s2.cfg_rate, s2.schedule, cache_level="T0")
+    assert cached.shape == plain.shape and np.isfinite(cached).all()

@@ -19,14 +19,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from fasttts_cli.build.dit import DiT, DiTConfig
 from fasttts_cli.build.wavenet import WaveNetConfig, row_mask
 from fasttts_cli.build.weights import CheckpointKeyError, strict_load, torch_load
 from fasttts_cli.errors import InputError
+from fasttts_cli.s2mel_cache import core as cfm_loop
+from fasttts_cli.s2mel_cache.schedules import euler_times
 
 # mel frames per semantic code: (22050 / 256) / 50 ~ 1.7227, truncated in the original to 1.72.
 CODE_TO_FRAMES = 1.72
@@ -178,38 +180,34 @@ class CFM(nn.Module):
         cfg_rate: float = 0.7,
         trace: bool = False,
     ) -> tuple[torch.Tensor, CFMTrace | None]:
-        """Euler from t=0 to 1 in n_steps; returns (x (B, 80, T), trace or None).
+        """Euler from t=0 to 1 in n_steps (the one loop, s2mel_cache.core.euler, over `cfg_velocity`);
+        returns (x (B, 80, T), trace or None).
 
         mu (B, T, C): [prompt condition | content] per row, valid up to x_lens[b]; prompt (B, 80, Tp) ref mel
         valid up to prompt_lens[b] (Tp <= T); style (B, style_dim); z (B, 80, T) the start noise (already
         scaled by the temperature). x's prompt region (and each row's padding) is zeroed at the start and
         after every step; the result keeps that zero prompt region (crop [prompt_len, x_len) for the mel).
         """
-        n_rows, _, t_len = z.shape
-        pos = torch.arange(t_len, device=z.device).unsqueeze(0)
-        in_prompt = pos < prompt_lens.unsqueeze(1)
-        keep = ((pos >= prompt_lens.unsqueeze(1)) & (pos < x_lens.unsqueeze(1))).unsqueeze(1).to(z.dtype)
-        prompt_x = F.pad(prompt, (0, t_len - prompt.shape[-1])) * in_prompt.unsqueeze(1).to(z.dtype)
-        x = z * keep
-        t_span = torch.linspace(0, 1, n_steps + 1, device=z.device)
-        t = t_span[0]
+        n_rows = z.shape[0]
+        run, x0 = cfm_loop.prepare(mu, x_lens, prompt, prompt_lens, style, z, euler_times(n_steps), cfg_rate)
         ts, xs, vs = [], [], []
-        for step in range(1, n_steps + 1):
-            dt = t_span[step] - t_span[step - 1]
-            t_rows = t.expand(n_rows)
+
+        def velocity(step: int, x: torch.Tensor, t: np.float32) -> torch.Tensor:
+            t_rows = torch.full((n_rows,), float(t), dtype=torch.float32, device=z.device)
             if cfg_rate > 0:
                 # a trace keeps the estimator's whole output (the parity vectors hold it); otherwise the
                 # head skips the prompt region, whose velocity is discarded
                 crop = None if trace else prompt_lens
-                v, raw = self.cfg_velocity(x, prompt_x, x_lens, t_rows, style, mu, cfg_rate, crop)
+                v, raw = self.cfg_velocity(x, run.prompt_x, x_lens, t_rows, style, mu, cfg_rate, crop)
             else:
-                v = raw = self.estimator(x, prompt_x, x_lens, t_rows, style, mu)
+                v = raw = self.estimator(x, run.prompt_x, x_lens, t_rows, style, mu)
             if trace:
-                ts.append(t.clone())
+                ts.append(torch.tensor(float(t), dtype=torch.float32, device=z.device))
                 xs.append(x)
                 vs.append(raw)
-            x = (x + dt * v) * keep
-            t = t + dt
+            return v
+
+        x = cfm_loop.euler(velocity, x0, run.keep, run.times)
         rec = CFMTrace(torch.stack(ts), torch.stack(xs), torch.stack(vs)) if trace else None
         return x, rec
 

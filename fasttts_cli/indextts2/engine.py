@@ -25,6 +25,7 @@ import numpy as np
 from fasttts_cli.backends.stages import StageTimes
 from fasttts_cli.engine_folder import Manifest, read_manifest
 from fasttts_cli.errors import EngineMismatchError
+from fasttts_cli.indextts2 import cfm as cfm_stage
 from fasttts_cli.indextts2 import decode as dec
 from fasttts_cli.indextts2 import emotion as emo
 from fasttts_cli.indextts2 import features as feat
@@ -315,16 +316,11 @@ class IndexTTS2Engine(VoiceFlow, SessionVoiceStages):
 
     def _cached_cfm(self, steps: int, cfg_rate: float, schedule: str, level: str) -> Any:
         """The piecewise, policy-driven CFM for these run settings, or None at T0 (one per setting)."""
-        if level == "T0":
-            return None
         key = (steps, float(cfg_rate), schedule, level)
         if key not in self._cfm_cache:
-            from fasttts_cli.presets import S2MelOptions
-            from fasttts_cli.s2mel_cache.piecewise_ort import CachedCFM
-
-            opts = S2MelOptions(steps=steps, cfg_rate=cfg_rate, schedule=schedule, cache_level=level)
-            self._cfm_cache[key] = CachedCFM.for_engine(
-                self.folder, self.manifest, opts, self.options.threads
+            opener = cfm_stage.ort_opener(self.options.threads)
+            self._cfm_cache[key] = cfm_stage.cached_cfm(
+                self.folder, self.manifest, steps, cfg_rate, schedule, level, opener
             )
         return self._cfm_cache[key]
 
@@ -347,40 +343,14 @@ class IndexTTS2Engine(VoiceFlow, SessionVoiceStages):
             raise ValueError(f"cat_condition {inp.cat_condition.shape} does not match z {z.shape}")
         cached = self._cached_cfm(steps, cfg_rate, schedule, cache_level or self.preset.s2mel.cache_level)
         if cached is not None:
-            with self.times.time("cfm"):
-                return cached.solve(inp.cat_condition, inp.x_lens, inp.prompt, inp.prompt_lens, inp.style, z)
-        pos = np.arange(t_len)[None, :]
-        in_prompt = (pos < inp.prompt_lens[:, None]).astype(np.float32)[:, None, :]
-        keep = ((pos >= inp.prompt_lens[:, None]) & (pos < inp.x_lens[:, None])).astype(np.float32)[
-            :, None, :
-        ]
-        prompt = inp.prompt[:, :, :t_len]
-        prompt_x = np.pad(prompt, ((0, 0), (0, 0), (0, t_len - prompt.shape[2]))) * in_prompt
-        x = np.asarray(z, np.float32) * keep
-        ts = euler_times(steps, schedule)
-        sess = self.session(DIT_CFG_STEP)
-        cfg = np.array([cfg_rate], np.float32)
-        prompt_lens = np.asarray(inp.prompt_lens, np.int64)
-        t = ts[0]
+            velocity_for = cached.velocity
+        else:
+            sess = self.session(DIT_CFG_STEP)
+            velocity_for = lambda run: cfm_stage.session_velocity(sess, run)  # noqa: E731
         with self.times.time("cfm"):
-            for s in range(1, steps + 1):
-                dt = np.float32(ts[s] - ts[s - 1])
-                v = sess.run(
-                    ["v"],
-                    {
-                        "x": x,
-                        "prompt_x": prompt_x,
-                        "x_lens": inp.x_lens,
-                        "t": np.full((b,), t, np.float32),
-                        "style": inp.style,
-                        "mu": inp.cat_condition,
-                        "cfg_rate": cfg,
-                        "prompt_lens": prompt_lens,
-                    },
-                )["v"]
-                x = ((x + dt * v) * keep).astype(np.float32)
-                t = np.float32(t + dt)
-        self.times.calls["cfm_steps"] = self.times.calls.get("cfm_steps", 0) + steps
+            x = cfm_stage.solve(velocity_for, inp, z, steps, cfg_rate, schedule)
+        if cached is None:
+            self.times.calls["cfm_steps"] = self.times.calls.get("cfm_steps", 0) + steps
         return x
 
     # ------------------------------------------------------------------------------- stage 5: vocoder
@@ -398,7 +368,7 @@ class IndexTTS2Engine(VoiceFlow, SessionVoiceStages):
 
     def cfm_noise(self, rng: np.random.Generator, frames: int) -> np.ndarray:
         """Start noise (n_mels, frames) float32 ~ N(0, 1) from the row's own generator."""
-        return rng.standard_normal((self.mel_params.n_mels, frames), dtype=np.float32)
+        return cfm_stage.draw_noise(rng, self.mel_params.n_mels, frames)
 
     def codes_to_wavs(
         self,
@@ -450,11 +420,7 @@ class IndexTTS2Engine(VoiceFlow, SessionVoiceStages):
     ) -> list[np.ndarray]:
         cond, ylens = self.s2mel_content(lat, codes)
         inp = self.cfm_inputs(voices, cond, ylens)
-        t_len = int(inp.x_lens.max())
-        z = np.zeros((len(voices), self.mel_params.n_mels, t_len), np.float32)
-        for b, nz in enumerate(noises):
-            n = int(inp.x_lens[b])
-            z[b, :, :n] = self.cfm_noise(nz, n) if isinstance(nz, np.random.Generator) else nz[:, :n]
+        z = cfm_stage.start_noise(noises, inp.x_lens, self.mel_params.n_mels)
         x = self.cfm(inp, z, steps, cfg_rate, schedule, cache_level)
         mels = [x[b, :, int(inp.prompt_lens[b]) : int(inp.x_lens[b])] for b in range(len(voices))]
         return self.vocode(mels)

@@ -35,7 +35,6 @@ from typing import Any
 
 import numpy as np
 
-from fasttts_cli.errors import SynthesisError, UsageError
 from fasttts_cli.s2mel_cache.core import (
     BRANCH,
     COMPUTE,
@@ -48,6 +47,7 @@ from fasttts_cli.s2mel_cache.core import (
     run_steps,
 )
 from fasttts_cli.s2mel_cache.policy import LEVELS, Policy, PolicySet, level_threshold
+from fasttts_cli.s2mel_cache.schedules import euler_times
 
 CANDIDATE_FRACTION = 0.10
 CAPPED_PER_STEP = 4  # trials per calibrated step when a pass is capped (max_trials)
@@ -84,6 +84,17 @@ class TablePlan:
     def freeze(self, level: str, threshold: float, error: float) -> Policy:
         table = {k: ["".join(r) for r in rows] for k, rows in self.rows.items()}
         return Policy.from_table(level, threshold, table, "".join(self.head_row), error)
+
+
+@dataclass(frozen=True)
+class _Snapshot:
+    """Where a trial starts: the table so far, at the start of `step` (x and caches there)."""
+
+    plan: TablePlan
+    step: int
+    x: Any
+    state: CacheState
+    threshold: float
 
 
 @dataclass
@@ -211,29 +222,20 @@ class Calibrator:
                 (e for e in by_step[s] if self._row(plan, e)[s] == COMPUTE),
                 key=lambda e: (e[0], KINDS.index(e[1]) if e[1] in KINDS else len(KINDS)),
             )
+            at_s = _Snapshot(plan, s, x, state, thr)
             if capped:
-                budget = [CAPPED_PER_STEP]
-                accepted += self._bisect(plan, todo, s, x, state, thr, budget)
+                accepted += self._bisect(at_s, todo, [CAPPED_PER_STEP])
                 continue
-            if self.group_first and len(todo) > 1 and self._try(plan, todo, s, x, state, thr):
+            if self.group_first and len(todo) > 1 and self._try(at_s, todo):
                 accepted += len(todo)
                 continue
             for e in todo:
-                accepted += self._try(plan, [e], s, x, state, thr)
+                accepted += self._try(at_s, [e])
         if self.progress:
             self.progress(f"pass done: {accepted} of {len(trials)} accepted, error {self.error:.4g}")
         return accepted
 
-    def _bisect(
-        self,
-        plan: TablePlan,
-        entries: Sequence[tuple[int, str, str]],
-        s: int,
-        x: Any,
-        state: CacheState,
-        thr: float,
-        budget: list[int],
-    ) -> int:
+    def _bisect(self, at: _Snapshot, entries: Sequence[tuple[int, str, str]], budget: list[int]) -> int:
         """Accept `entries` together if their strictest bound holds, else recurse on the deeper half
         (looser bounds) then the shallower half, while the step's trial budget lasts."""
         if not entries:
@@ -242,31 +244,24 @@ class Calibrator:
             self.truncated = True
             return 0
         budget[0] -= 1
-        if self._try(plan, entries, s, x, state, thr):
+        if self._try(at, entries):
             return len(entries)
         if len(entries) == 1:
             return 0
         mid = len(entries) // 2
-        deep = self._bisect(plan, entries[mid:], s, x, state, thr, budget)
-        return deep + self._bisect(plan, entries[:mid], s, x, state, thr, budget)
+        deep = self._bisect(at, entries[mid:], budget)
+        return deep + self._bisect(at, entries[:mid], budget)
 
     @staticmethod
     def _row(plan: TablePlan, entry: tuple[int, str, str]) -> list[str]:
         layer, kind, _ = entry
         return plan.head_row if kind == "head" else plan.rows[kind][layer]
 
-    def _try(
-        self,
-        plan: TablePlan,
-        entries: Sequence[tuple[int, str, str]],
-        s: int,
-        x: Any,
-        state: CacheState,
-        thr: float,
-    ) -> bool:
+    def _try(self, at: _Snapshot, entries: Sequence[tuple[int, str, str]]) -> bool:
+        plan, s, thr = at.plan, at.step, at.threshold
         for e in entries:
             self._row(plan, e)[s] = e[2]
-        out = run_steps(self.pieces, plan, self.run, x, state.copy(), s)
+        out = run_steps(self.pieces, plan, self.run, at.x, at.state.copy(), s)
         self.trials += 1
         err = relative_mae(self.to_numpy(out), self.ref, self.keep)
         bound = thr * min(min(e[0] + 1, self.depth) for e in entries) / self.depth
@@ -319,6 +314,30 @@ def calibrate_levels(
 # ------------------------------------------------------------------------------------- PyTorch modules
 
 
+def _calibrate_run(
+    pieces: Pieces,
+    run: CFMRun,
+    x0: Any,
+    to_numpy: ToNumpy,
+    diag: np.ndarray,
+    levels: Sequence[str],
+    *,
+    engine_id: str,
+    schedule: str,
+    provenance: dict[str, Any],
+    **options: Any,
+) -> tuple[PolicySet, list[LevelReport]]:
+    """One backend's calibration of prepared rows; `options` are Calibrator's (head_branch_skip,
+    group_first, max_trials, progress)."""
+    cal = Calibrator(pieces, run, x0, to_numpy, diag, **options)
+    return calibrate_levels(cal, levels, engine_id=engine_id, schedule=schedule, provenance=provenance)
+
+
+def _provenance(seed: int, batch: dict[str, np.ndarray], backend: str) -> dict[str, Any]:
+    frames = batch["x_lens"].tolist()
+    return {"seed": seed, "rows": len(frames), "frames": frames, "backend": backend}
+
+
 def calibrate_modules(
     dit: Any,
     rows: Sequence[dict[str, np.ndarray]],
@@ -329,49 +348,31 @@ def calibrate_modules(
     cfg_rate: float = 0.7,
     seed: int = 0,
     engine_id: str | None = None,
-    head_branch_skip: bool = True,
-    group_first: bool = True,
-    max_trials: int | None = None,
-    progress: Callable[[str], None] | None = None,
+    **options: Any,
 ) -> tuple[PolicySet, list[LevelReport]]:
     """Calibrate on the PyTorch DiT. `rows`: per calibration line {"mu" (T, C), "prompt" (80, Tm),
     "style" (style_dim,)}; the start noise comes from `seed`. `engine_id` defaults to a digest of the DiT
-    weights (pass the engine's identity to use the policy with that engine)."""
+    weights (pass the engine's identity to use the policy with that engine). `options`: Calibrator's
+    head_branch_skip, group_first, max_trials, progress."""
     import torch
 
     from fasttts_cli.s2mel_cache import piecewise_torch as pt
-    from fasttts_cli.s2mel_cache.schedules import euler_times
 
     batch = stack_rows(rows, seed, n_mels=dit.cfg.in_channels)
-    t = {k: torch.from_numpy(v) for k, v in batch.items()}
-    times = euler_times(steps, schedule)
-    run, x0 = pt.prepare(
-        t["mu"], t["x_lens"], t["prompt"], t["prompt_lens"], t["style"], t["z"], times, cfg_rate
-    )
+    names = ("mu", "x_lens", "prompt", "prompt_lens", "style", "z")
+    run, x0 = pt.prepare(*(torch.from_numpy(batch[k]) for k in names), euler_times(steps, schedule), cfg_rate)
     with torch.inference_mode():
-        diag = pt.diagonal_scores(dit, run, x0)
-        cal = Calibrator(
+        return _calibrate_run(
             pt.TorchPieces(dit),
             run,
             x0,
             lambda a: a.detach().numpy(),
-            diag,
-            head_branch_skip=head_branch_skip,
-            group_first=group_first,
-            max_trials=max_trials,
-            progress=progress,
-        )
-        return calibrate_levels(
-            cal,
+            pt.diagonal_scores(dit, run, x0),
             levels,
             engine_id=engine_id or dit_weights_identity(dit),
             schedule=schedule,
-            provenance={
-                "seed": seed,
-                "rows": len(rows),
-                "frames": batch["x_lens"].tolist(),
-                "backend": "torch",
-            },
+            provenance=_provenance(seed, batch, "torch"),
+            **options,
         )
 
 
@@ -423,140 +424,24 @@ def calibrate_ort(
     schedule: str = "uniform",
     cfg_rate: float = 0.7,
     seed: int = 0,
-    head_branch_skip: bool = True,
-    group_first: bool = True,
-    max_trials: int | None = None,
-    progress: Callable[[str], None] | None = None,
+    **options: Any,
 ) -> tuple[PolicySet, list[LevelReport]]:
-    """Calibrate on exported pieces (piecewise_ort.OrtPieces loaded with diag=True): the runtime path."""
+    """Calibrate on exported pieces (piecewise_ort.OrtPieces loaded with diag=True): the runtime path.
+    `options`: Calibrator's head_branch_skip, group_first, max_trials, progress."""
     from fasttts_cli.s2mel_cache import piecewise_ort as po
-    from fasttts_cli.s2mel_cache.schedules import euler_times
 
     batch = stack_rows(rows, seed)
-    run, x0 = po.prepare(
-        batch["mu"],
-        batch["x_lens"],
-        batch["prompt"],
-        batch["prompt_lens"],
-        batch["style"],
-        batch["z"],
-        euler_times(steps, schedule),
-        cfg_rate,
-    )
-    cal = Calibrator(
+    names = ("mu", "x_lens", "prompt", "prompt_lens", "style", "z")
+    run, x0 = po.prepare(*(batch[k] for k in names), euler_times(steps, schedule), cfg_rate)
+    return _calibrate_run(
         pieces,
         run,
         x0,
         np.asarray,
         po.diagonal_scores(pieces, run, x0),
-        head_branch_skip=head_branch_skip,
-        group_first=group_first,
-        max_trials=max_trials,
-        progress=progress,
-    )
-    return calibrate_levels(
-        cal,
         levels,
         engine_id=engine_id,
         schedule=schedule,
-        provenance={
-            "seed": seed,
-            "rows": len(rows),
-            "frames": batch["x_lens"].tolist(),
-            "backend": "onnxruntime",
-        },
-    )
-
-
-# ------------------------------------------------------------------------------------- engine folder
-
-
-RETRIES = 3  # extra seeds per calibration line whose generation stops at once
-
-
-def engine_rows(
-    engine: Any, voices: Sequence[Any], texts: Sequence[str], seed: int = 0, max_codes: int | None = None
-) -> list[dict[str, np.ndarray]]:
-    """Calibration lines from an engine: every voice with every text (first text segment), codes sampled
-    with the engine's preset (at most `max_codes`) from per-line generators seeded from `seed`, then the
-    s2mel content and the CFM inputs exactly as synthesis builds them."""
-    from fasttts_cli.indextts2.engine import segment_seed_generator
-    from fasttts_cli.indextts2.synthesizer import line_options
-
-    over = {} if max_codes is None else {"max_tokens": int(max_codes)}
-    params = line_options(engine.preset, over).sampling(engine.tokens.stop_mel, engine.max_codes)
-    rows = []
-    for i, (voice, text) in enumerate((v, t) for v in voices for t in texts):
-        speaker = engine.speaker_audio(voice)
-        vc = engine.voice_conditioning(speaker, engine.emotion_audio(voice))
-        segs = [s for s in engine.text.segments(text) if s]
-        if not segs:
-            raise UsageError(f"--text {text!r}: no speakable tokens")
-        prefix = engine.prefix(vc.spk_latents, vc.emovec, segs[0])
-        # A sampled line can stop before its first code; like synthesis's guard, try other seeds.
-        for attempt in range(RETRIES + 1):
-            gen = segment_seed_generator(seed + i + 1000 * attempt, 0)
-            codes = engine.generate([prefix], [params], [gen])[0].codes
-            if codes.size:
-                break
-        if codes.size == 0:
-            continue
-        lat = engine.latent([prefix], [codes])
-        cond, ylens = engine.s2mel_content(lat, [codes])
-        inp = engine.cfm_inputs([vc], cond, ylens)
-        n, p = int(inp.x_lens[0]), int(inp.prompt_lens[0])
-        rows.append({"mu": inp.cat_condition[0, :n], "prompt": inp.prompt[0, :, :p], "style": inp.style[0]})
-    if not rows:
-        raise SynthesisError(
-            f"no calibration line produced speech codes ({RETRIES + 1} seeds each)",
-            hint="use other --text/--voice lines or another --seed",
-        )
-    return rows
-
-
-def calibrate(
-    engine_dir: Any,
-    voices: Sequence[Any],
-    texts: Sequence[str],
-    levels: Sequence[str] = ("T1", "T2", "T3", "T4", "T5", "T6"),
-    *,
-    seed: int = 0,
-    threads: int | None = None,
-    max_codes: int | None = None,
-    write: bool = True,
-    progress: Callable[[str], None] | None = None,
-    **options: Any,
-) -> PolicySet:
-    """`fasttts calibrate --engine DIR --voice REF.wav ... --text "..."`: calibrate the engine's own
-    pieces (`s2mel_pieces/`, see export_pieces) on a few lines of the user's voices and texts, for the
-    s2mel steps/schedule/CFG rate of the engine's preset, and write the policy into the engine folder.
-    `max_codes` caps each calibration line's generated codes (shorter lines calibrate faster).
-    `options` go to calibrate_ort (group_first, max_trials, head_branch_skip)."""
-    from pathlib import Path
-
-    from fasttts_cli.indextts2.engine import IndexTTS2Engine
-    from fasttts_cli.s2mel_cache.piecewise_ort import PIECES_DIR, OrtPieces
-    from fasttts_cli.s2mel_cache.policy import engine_identity, write_policy_set
-
-    folder = Path(engine_dir)
-    engine = IndexTTS2Engine.load(folder, threads=threads)
-    pieces = OrtPieces.load(folder / PIECES_DIR, threads=threads, diag=True)
-    s2 = engine.preset.s2mel
-    rows = engine_rows(engine, voices, texts, seed, max_codes)
-    if progress:
-        progress(f"calibrating on {len(rows)} lines, {sum(r['mu'].shape[0] for r in rows)} frames")
-    ps, _ = calibrate_ort(
-        pieces,
-        rows,
-        levels,
-        engine_id=engine_identity(engine.manifest),
-        steps=s2.steps,
-        schedule=s2.schedule,
-        cfg_rate=s2.cfg_rate,
-        seed=seed,
-        progress=progress,
+        provenance=_provenance(seed, batch, "onnxruntime"),
         **options,
     )
-    if write:
-        write_policy_set(folder, ps)
-    return ps

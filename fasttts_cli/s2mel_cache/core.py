@@ -1,4 +1,10 @@
-"""The cached, piecewise CFM loop, written once for any backend (PyTorch tensors or numpy + ONNX Runtime).
+"""The CFM's Euler loop, written once for every backend (PyTorch tensors or numpy + ONNX Runtime), and its
+cached, piecewise velocity.
+
+`prepare` masks the inputs (prompt region and padding) and `euler` runs the steps: the time grid's t and
+dt formed as the original forms them, x <- (x + dt v) * keep. The velocity is the backend's: one graph
+(`dit_cfg_step`, `CFM.cfg_velocity`, a captured CUDA graph) or, under a cache policy, the DiT in pieces
+(`guided_velocity`), whose level T0 (`FULL`) computes everything and so is the plain loop.
 
 One Euler step runs the DiT as pieces: `embed` (input merge + time embedding), then per block the UViT
 `skip_in` (always computed), the attention module and the FFN module, then `head` (final norm, long skip,
@@ -29,7 +35,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from fasttts_cli.s2mel_cache.schedules import step_times
+from fasttts_cli.s2mel_cache.schedules import euler_times, step_times
 
 COMPUTE, TEMPORAL, BRANCH = "C", "T", "B"
 KINDS = ("attn", "ffn")
@@ -83,8 +89,6 @@ class Pieces(Protocol):
     def zeros_like(self, a: Array) -> Array: ...
 
     def rows_t(self, value: np.float32, n: int) -> Array: ...
-
-    def scalar(self, value: np.float32) -> Any: ...
 
 
 @dataclass
@@ -220,6 +224,92 @@ def _no_cfg(d: str) -> str:
     return d
 
 
+Velocity = Callable[[int, Array, np.float32], Array]  # (step, x, t) -> guided velocity (B, 80, T)
+
+
+def _is_numpy(a: Array) -> bool:
+    return isinstance(a, np.ndarray)
+
+
+def _arange(like: Array, n: int) -> Array:
+    if _is_numpy(like):
+        return np.arange(n)
+    import torch  # `like` is a tensor: torch is loaded already
+
+    return torch.arange(n, device=like.device)
+
+
+def _zeros_like(a: Array) -> Array:
+    if _is_numpy(a):
+        return np.zeros_like(a)
+    import torch
+
+    return torch.zeros_like(a)
+
+
+def _as_float(mask: Array, like: Array) -> Array:
+    return mask.astype(like.dtype) if _is_numpy(like) else mask.to(like.dtype)
+
+
+def dt_scalar(x: Array, dt: np.float32) -> Any:
+    """dt as the loop multiplies it: np.float32 for numpy (a strong float32 scalar, so a velocity of
+    another dtype still gives a float32 step, as the original's float32 dt did); for torch a Python
+    float, exact for a float32 value, so x + dt * v rounds as the original's 0-d float32 tensor does."""
+    return np.float32(dt) if _is_numpy(x) else float(dt)
+
+
+def masks(prompt: Array, prompt_lens: Array, x_lens: Array, z: Array) -> tuple[Array, Array]:
+    """(prompt_x (B, 80, T): the ref mel in each row's prompt region, zero elsewhere; keep (B, 1, T): 1 on
+    each row's generated region [prompt_len, x_len)). T = z's frames; prompt (B, 80, Tp) may be shorter."""
+    t_len = z.shape[-1]
+    pos = _arange(z, t_len)[None, :]
+    pl, xl = prompt_lens[:, None], x_lens[:, None]
+    in_prompt = _as_float(pos < pl, z)[:, None, :]
+    keep = _as_float((pos >= pl) & (pos < xl), z)[:, None, :]
+    tp = min(int(prompt.shape[-1]), t_len)
+    prompt_x = _zeros_like(z)
+    prompt_x[:, :, :tp] = prompt[:, :, :tp]
+    return prompt_x * in_prompt, keep
+
+
+def prepare(
+    mu: Array,
+    x_lens: Array,
+    prompt: Array,
+    prompt_lens: Array,
+    style: Array,
+    z: Array,
+    times: np.ndarray,
+    cfg_rate: float = 0.7,
+) -> tuple[CFMRun, Array]:
+    """(the run's fixed inputs, x at step 0 = z on the generated region, zero elsewhere)."""
+    prompt_x, keep = masks(prompt, prompt_lens, x_lens, z)
+    run = CFMRun(
+        prompt_x, keep, x_lens, style, mu, np.asarray(times, np.float32), float(cfg_rate), prompt_lens
+    )
+    return run, z * keep
+
+
+def euler(
+    velocity: Velocity,
+    x: Array,
+    keep: Array,
+    times: np.ndarray,
+    start: int = 0,
+    stop: int | None = None,
+) -> Array:
+    """Euler steps [start, stop) of the grid `times` from x (the state at the start of step `start`).
+
+    t and dt are formed as the original forms them (dt = grid difference, t accumulated in float32), and
+    x's prompt region and padding are zeroed after every step."""
+    ts, dts = step_times(times)
+    stop = len(dts) if stop is None else stop
+    for s in range(start, stop):
+        v = velocity(s, x, ts[s])
+        x = (x + dt_scalar(x, dts[s]) * v) * keep
+    return x
+
+
 def run_steps(
     p: Pieces,
     plan: Plan,
@@ -230,16 +320,31 @@ def run_steps(
     stop: int | None = None,
     observer: Observer | None = None,
 ) -> Array:
-    """Euler steps [start, stop) from x (the state at the start of step `start`); returns x after them.
+    """Euler steps [start, stop) of the piecewise CFM under `plan`; with every decision "C" this is
+    `CFM.solve`'s loop."""
 
-    t and dt are formed as the original forms them (dt = grid difference, t accumulated), so with every
-    decision "C" this is `CFM.solve`'s loop."""
-    ts, dts = step_times(run.times)
-    stop = run.steps if stop is None else stop
-    for s in range(start, stop):
-        v = guided_velocity(p, plan, s, state, x, ts[s], run, observer)
-        x = (x + p.scalar(dts[s]) * v) * run.keep
-    return x
+    def velocity(step: int, x: Array, t: np.float32) -> Array:
+        return guided_velocity(p, plan, step, state, x, t, run, observer)
+
+    return euler(velocity, x, run.keep, run.times, start, stop)
+
+
+def solve(
+    p: Pieces,
+    inputs: tuple[Array, ...],
+    steps: int = 25,
+    cfg_rate: float = 0.7,
+    *,
+    schedule: str = "uniform",
+    times: np.ndarray | None = None,
+    plan: Plan | None = None,
+) -> Array:
+    """`CFM.solve`'s contract (inputs = (mu, x_lens, prompt, prompt_lens, style, z), start noise z
+    (B, 80, T); returns x with zero prompt region), the DiT run in pieces under `plan` (None = T0,
+    everything computed). `times` overrides the grid built from steps and schedule."""
+    grid = euler_times(steps, schedule) if times is None else np.asarray(times, np.float32)
+    run, x = prepare(*inputs, grid, cfg_rate)
+    return run_steps(p, plan or FULL, run, x, CacheState())
 
 
 def module_units(plan: Plan, depth: int, steps: int, cfg: bool = True) -> tuple[int, int]:

@@ -50,29 +50,25 @@ class _Embed(nn.Module):
         return inp.h, inp.c, inp.rope, inp.key_mask
 
 
-class _SkipIn(nn.Module):
+class _BlockPiece(nn.Module):
+    """One piece of transformer block `layer`."""
+
     def __init__(self, dit: DiT, layer: int) -> None:
         super().__init__()
         self.block = dit.transformer.layers[layer]
 
+
+class _SkipIn(_BlockPiece):
     def forward(self, x, skip):
         return self.block.skip_in(x, skip)
 
 
-class _Attn(nn.Module):
-    def __init__(self, dit: DiT, layer: int) -> None:
-        super().__init__()
-        self.block = dit.transformer.layers[layer]
-
+class _Attn(_BlockPiece):
     def forward(self, x, c, rope, key_mask):
         return self.block.attention_out(x, c, rope, key_mask)
 
 
-class _FFN(nn.Module):
-    def __init__(self, dit: DiT, layer: int) -> None:
-        super().__init__()
-        self.block = dit.transformer.layers[layer]
-
+class _FFN(_BlockPiece):
     def forward(self, x, c):
         return self.block.ffn_out(x, c)
 

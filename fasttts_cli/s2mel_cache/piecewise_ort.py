@@ -1,13 +1,14 @@
 """The cached CFM on ONNX Runtime (numpy, no torch): the DiT pieces of `export_pieces` driven by core.py.
 
-`OrtPieces.load(folder)` opens `<folder>/pieces.json` (an engine's `s2mel_pieces/`); `solve` has the
-contract of the engine's CFM stage (start noise in, x with zero prompt region out) plus a policy: with
-no policy (T0) every piece runs on both CFG branches; a skipped module's session is simply not run.
+`OrtPieces.load(folder, opener)` opens `<folder>/pieces.json` (an engine's `s2mel_pieces/`); `solve` has
+the contract of the engine's CFM stage (start noise in, x with zero prompt region out) plus a policy:
+with no policy (T0) every piece runs on both CFG branches; a skipped module's session is simply not run.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,12 +16,13 @@ from typing import Any
 import numpy as np
 
 from fasttts_cli.errors import EngineMismatchError
+from fasttts_cli.s2mel_cache import core
 from fasttts_cli.s2mel_cache.core import FULL, CacheState, CFMRun, Plan, run_steps
-from fasttts_cli.s2mel_cache.schedules import euler_times
 
 PIECES_DIR = "s2mel_pieces"  # inside the engine folder
 INDEX = "pieces.json"
 FORMAT_VERSION = 2  # 2: the head takes prompt_lens and skips the prompt region
+Opener = Callable[[Path], Any]  # an ONNX file -> a session (`.run(None, feeds) -> {name: array}`)
 
 
 @dataclass
@@ -41,10 +43,9 @@ class OrtPieces:
         self.calls: dict[str, int] = {}
 
     @classmethod
-    def load(cls, folder: Path | str, threads: int | None = None, diag: bool = False) -> OrtPieces:
-        """Open the pieces (the `diag_*` calibration graphs only when `diag`)."""
-        from fasttts_cli.indextts2.sessions import OrtSession, SessionOptions
-
+    def load(cls, folder: Path | str, opener: Opener, diag: bool = False) -> OrtPieces:
+        """Open the pieces with `opener` (ONNX file -> session; the caller's, so this package needs no
+        session code), the `diag_*` calibration graphs only when `diag`."""
         folder = Path(folder)
         path = folder / INDEX
         if not path.is_file():
@@ -58,9 +59,8 @@ class OrtPieces:
                 f"{path}: pieces format {index.get('format_version')!r}, expected {FORMAT_VERSION}",
                 hint="export them again with `fasttts calibrate --checkpoint` (then calibrate again)",
             )
-        opts = SessionOptions(threads=threads)
         sessions = {
-            name: OrtSession(folder / spec["file"], opts)
+            name: opener(folder / spec["file"])
             for name, spec in index["pieces"].items()
             if diag or not name.startswith("diag_")
         }
@@ -117,60 +117,22 @@ class OrtPieces:
     def rows_t(self, value: np.float32, n: int) -> np.ndarray:
         return np.full((n,), value, np.float32)
 
-    def scalar(self, value: np.float32) -> np.float32:
-        return np.float32(value)
+
+def _numpy(inputs: tuple[Any, ...]) -> tuple[np.ndarray, ...]:
+    """(mu, x_lens, prompt, prompt_lens, style, z) as the sessions take them: lengths int64, the rest
+    float32."""
+    return tuple(np.asarray(a, np.int64 if i in (1, 3) else np.float32) for i, a in enumerate(inputs))
 
 
-def prepare(
-    mu: np.ndarray,
-    x_lens: np.ndarray,
-    prompt: np.ndarray,
-    prompt_lens: np.ndarray,
-    style: np.ndarray,
-    z: np.ndarray,
-    times: np.ndarray,
-    cfg_rate: float = 0.7,
-) -> tuple[CFMRun, np.ndarray]:
-    """The engine CFM's masking, in numpy: (run inputs, x at step 0)."""
-    t_len = z.shape[2]
-    pos = np.arange(t_len)[None, :]
-    pl, xl = np.asarray(prompt_lens, np.int64), np.asarray(x_lens, np.int64)
-    in_prompt = (pos < pl[:, None]).astype(np.float32)[:, None, :]
-    keep = ((pos >= pl[:, None]) & (pos < xl[:, None])).astype(np.float32)[:, None, :]
-    prompt = np.asarray(prompt, np.float32)[:, :, :t_len]
-    prompt_x = np.pad(prompt, ((0, 0), (0, 0), (0, t_len - prompt.shape[2]))) * in_prompt
-    run = CFMRun(
-        prompt_x.astype(np.float32),
-        keep,
-        xl,
-        np.asarray(style, np.float32),
-        np.asarray(mu, np.float32),
-        np.asarray(times, np.float32),
-        float(cfg_rate),
-        pl,
-    )
-    return run, (np.asarray(z, np.float32) * keep).astype(np.float32)
+def prepare(*args: Any) -> tuple[CFMRun, np.ndarray]:
+    """core.prepare(mu, x_lens, prompt, prompt_lens, style, z, times, cfg_rate) on numpy arrays."""
+    return core.prepare(*_numpy(args[:6]), *args[6:])
 
 
-def solve(
-    pieces: OrtPieces,
-    mu: np.ndarray,
-    x_lens: np.ndarray,
-    prompt: np.ndarray,
-    prompt_lens: np.ndarray,
-    style: np.ndarray,
-    z: np.ndarray,
-    steps: int = 25,
-    cfg_rate: float = 0.7,
-    *,
-    schedule: str = "uniform",
-    times: np.ndarray | None = None,
-    plan: Plan | None = None,
-) -> np.ndarray:
-    """Euler CFM from start noise z (B, 80, T) under `plan` (None = T0) -> x (B, 80, T)."""
-    grid = euler_times(steps, schedule) if times is None else np.asarray(times, np.float32)
-    run, x = prepare(mu, x_lens, prompt, prompt_lens, style, z, grid, cfg_rate)
-    return run_steps(pieces, plan or FULL, run, x, CacheState())
+def solve(pieces: OrtPieces, *args: Any, **options: Any) -> np.ndarray:
+    """core.solve(pieces, mu, x_lens, prompt, prompt_lens, style, z, steps, cfg_rate, schedule=,
+    times=, plan=) on numpy arrays: the Euler CFM under a plan (None = T0)."""
+    return core.solve(pieces, _numpy(args[:6]), *args[6:], **options)
 
 
 def diagonal_scores(pieces: OrtPieces, run: CFMRun, x0: np.ndarray) -> np.ndarray:
@@ -187,18 +149,17 @@ def diagonal_scores(pieces: OrtPieces, run: CFMRun, x0: np.ndarray) -> np.ndarra
 
 
 class CachedCFM:
-    """The engine hook: `CachedCFM.for_engine(folder, manifest, preset.s2mel, threads)` returns None at
-    level T0 (run the single-graph `dit_cfg_step` as before), else an object whose `solve` replaces the
-    CFM loop, with the policy checked against this engine and these run settings."""
+    """The engine hook: `CachedCFM.for_engine(folder, manifest, preset.s2mel, opener)` returns None at
+    level T0 (the plain loop over the single-graph `dit_cfg_step`), else an object whose `velocity` drives
+    the one Euler loop through the pieces, with the policy checked against this engine and these run
+    settings."""
 
     def __init__(self, pieces: OrtPieces, plan: Plan, steps: int, schedule: str, cfg_rate: float) -> None:
         self.pieces, self.plan = pieces, plan
         self.steps, self.schedule, self.cfg_rate = steps, schedule, cfg_rate
 
     @classmethod
-    def for_engine(
-        cls, folder: Path | str, manifest: Any, s2mel: Any, threads: int | None = None
-    ) -> CachedCFM | None:
+    def for_engine(cls, folder: Path | str, manifest: Any, s2mel: Any, opener: Opener) -> CachedCFM | None:
         """`s2mel`: the preset's S2MelOptions (steps, cfg_rate, schedule, cache_level)."""
         from fasttts_cli.s2mel_cache.policy import load_policy
 
@@ -213,29 +174,14 @@ class CachedCFM:
         )
         if policy is None:
             return None
-        pieces = OrtPieces.load(folder / PIECES_DIR, threads=threads)
+        pieces = OrtPieces.load(folder / PIECES_DIR, opener)
         return cls(pieces, policy, int(s2mel.steps), str(s2mel.schedule), float(s2mel.cfg_rate))
 
-    def solve(
-        self,
-        cat_condition: np.ndarray,
-        x_lens: np.ndarray,
-        prompt: np.ndarray,
-        prompt_lens: np.ndarray,
-        style: np.ndarray,
-        z: np.ndarray,
-    ) -> np.ndarray:
-        """The engine's CFMInputs fields and start noise -> x (B, 80, T), as `IndexTTS2Engine.cfm`."""
-        return solve(
-            self.pieces,
-            cat_condition,
-            x_lens,
-            prompt,
-            prompt_lens,
-            style,
-            z,
-            self.steps,
-            self.cfg_rate,
-            schedule=self.schedule,
-            plan=self.plan,
-        )
+    def velocity(self, run: CFMRun) -> core.Velocity:
+        """The policy's velocity for one run (its caches start empty)."""
+        state = CacheState()
+
+        def velocity(step: int, x: np.ndarray, t: np.float32) -> np.ndarray:
+            return core.guided_velocity(self.pieces, self.plan, step, state, x, t, run)
+
+        return velocity

@@ -1,9 +1,10 @@
 """The DiT run in pieces over the same `DiT` module's weights (PyTorch), with per-(layer, step) caching.
 
 `TorchPieces(dit)` exposes the pieces `core.guided_velocity` drives: `DiT.embed`, each block's
-`skip_in` / `attention_out` / `ffn_out`, and `DiT.head`. `solve` mirrors `CFM.solve` (same masking, same
-t/dt arithmetic), so with no policy (T0) it is the single-graph CFM; with a policy it skips what the policy
-says. `diagonal_scores` measures how diagonal each (layer, step) attention map is (calibration phase 1).
+`skip_in` / `attention_out` / `ffn_out`, and `DiT.head`. `solve` is `CFM.solve`'s loop (core.prepare and
+core.euler) over these pieces, so with no policy (T0) it is the single-graph CFM; with a policy it skips
+what the policy says. `diagonal_scores` measures how diagonal each (layer, step) attention map is
+(calibration phase 1).
 """
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from fasttts_cli.build.dit import DiT, DiTInputs, apply_rope
-from fasttts_cli.s2mel_cache.core import FULL, CacheState, CFMRun, Plan, run_steps
-from fasttts_cli.s2mel_cache.schedules import euler_times
+from fasttts_cli.s2mel_cache import core
+from fasttts_cli.s2mel_cache.core import FULL, CacheState, CFMRun, run_steps
+from fasttts_cli.s2mel_cache.core import prepare as prepare  # torch runs prepare with the one masking
 
 # Half-width (frames) of the band around the diagonal whose attention mass defines "diagonal-like".
 DIAGONAL_BAND = 3
@@ -74,56 +75,14 @@ class TorchPieces:
         return torch.zeros_like(a)
 
     def rows_t(self, value: np.float32, n: int) -> torch.Tensor:
-        return torch.full((n,), float(value), dtype=torch.float32)
-
-    def scalar(self, value: np.float32) -> float:
-        return float(value)  # a float32 value, exact as a Python float: x + dt * v rounds as in the original
-
-
-def prepare(
-    mu: torch.Tensor,
-    x_lens: torch.Tensor,
-    prompt: torch.Tensor,
-    prompt_lens: torch.Tensor,
-    style: torch.Tensor,
-    z: torch.Tensor,
-    times: np.ndarray,
-    cfg_rate: float = 0.7,
-) -> tuple[CFMRun, torch.Tensor]:
-    """(the run's fixed inputs, x at step 0) with CFM.solve's masking: x's prompt region and padding
-    zero, prompt_x = ref mel in each row's prompt region."""
-    t_len = z.shape[-1]
-    pos = torch.arange(t_len, device=z.device).unsqueeze(0)
-    in_prompt = pos < prompt_lens.unsqueeze(1)
-    keep = ((pos >= prompt_lens.unsqueeze(1)) & (pos < x_lens.unsqueeze(1))).unsqueeze(1).to(z.dtype)
-    prompt_x = F.pad(prompt, (0, t_len - prompt.shape[-1])) * in_prompt.unsqueeze(1).to(z.dtype)
-    run = CFMRun(
-        prompt_x, keep, x_lens, style, mu, np.asarray(times, np.float32), float(cfg_rate), prompt_lens
-    )
-    return run, z * keep
+        return torch.full((n,), float(value), dtype=torch.float32, device=self.dit.input_pos.device)
 
 
 @torch.inference_mode()
-def solve(
-    dit: DiT,
-    mu: torch.Tensor,
-    x_lens: torch.Tensor,
-    prompt: torch.Tensor,
-    prompt_lens: torch.Tensor,
-    style: torch.Tensor,
-    z: torch.Tensor,
-    n_steps: int = 25,
-    cfg_rate: float = 0.7,
-    *,
-    schedule: str = "uniform",
-    times: np.ndarray | None = None,
-    plan: Plan | None = None,
-) -> torch.Tensor:
-    """`CFM.solve`'s contract (returns x (B, 80, T) with zero prompt region), run in pieces under `plan`
-    (None = T0, everything computed). `times` overrides the grid built from n_steps and schedule."""
-    grid = euler_times(n_steps, schedule) if times is None else np.asarray(times, np.float32)
-    run, x = prepare(mu, x_lens, prompt, prompt_lens, style, z, grid, cfg_rate)
-    return run_steps(TorchPieces(dit), plan or FULL, run, x, CacheState())
+def solve(dit: DiT, *inputs: Any, **options: Any) -> torch.Tensor:
+    """core.solve over this DiT's pieces: (mu, x_lens, prompt, prompt_lens, style, z, steps, cfg_rate,
+    schedule=, times=, plan=) -> x (B, 80, T); with no plan (T0) it is `CFM.solve`."""
+    return core.solve(TorchPieces(dit), inputs[:6], *inputs[6:], **options)
 
 
 def attention_probs(dit: DiT, layer: int, x: torch.Tensor, ctx: DiTInputs) -> torch.Tensor:

@@ -30,6 +30,7 @@ from fasttts_cli.errors import UsageError
 from fasttts_cli.indextts2 import decode as dec
 from fasttts_cli.indextts2 import emotion as emo
 from fasttts_cli.indextts2 import features as feat
+from fasttts_cli.indextts2.cfm import start_noise
 from fasttts_cli.indextts2.sampling import Decoded, SamplingParams
 from fasttts_cli.indextts2.voice import VoiceConditioning, VoiceFlow, cond_lengths
 from fasttts_cli.presets import Preset, load_preset
@@ -298,13 +299,7 @@ class TorchEngine(VoiceFlow):
         )
         prompt_lens = torch.tensor([v.ref_mel.shape[1] for v in voices])
         style = torch.stack([torch.from_numpy(np.asarray(v.style, np.float32).reshape(-1)) for v in voices])
-        z = np.zeros((len(voices), self.s2mel.n_mels, t_len), np.float32)
-        for b, nz in enumerate(noises):
-            n = int(x_lens[b])
-            if isinstance(nz, np.random.Generator):
-                z[b, :, :n] = nz.standard_normal((self.s2mel.n_mels, n), dtype=np.float32)
-            else:
-                z[b, :, :n] = nz[:, :n]
+        z = start_noise(noises, x_lens.tolist(), self.s2mel.n_mels)
         with self.times.time("cfm"):
             x = self.s2mel.cfm(
                 mu,

@@ -1,10 +1,11 @@
 """Batched s2mel (content, Euler CFM with batched CFG) and batched BigVGAN on one device.
 
-CFM: every Euler step is one DiT call on 2B rows [cond; uncond] (the unconditional rows with zero prompt,
-style and content; v = (1 + cfg) v_c - cfg v_u), exactly `build.s2mel.CFM.cfg_velocity`. The step reads
-static buffers of a (rows bucket, frames bucket) and writes x_next into another, so on CUDA it is
-captured once per bucket and replayed for all steps and batches of that shape. Padding to a bucket
-changes nothing in a row: the DiT masks keys past each row's x_lens and its WaveNet reflects at each
+CFM: the one Euler loop (`s2mel_cache.core.euler`); its velocity is one DiT call on 2B rows [cond; uncond]
+(the unconditional rows with zero prompt, style and content; v = (1 + cfg) v_c - cfg v_u), exactly
+`build.s2mel.CFM.cfg_velocity`. The velocity reads static buffers of a (rows bucket, frames bucket) and
+writes v into another, so on CUDA it is captured once per bucket and replayed for all steps and batches
+of that shape; the Euler update runs outside the graph (three elementwise kernels per step). Padding to a
+bucket changes nothing in a row: the DiT masks keys past each row's x_lens and its WaveNet reflects at each
 row's own end (`DiT.forward(row_padding=True)`); padding rows get a full length and zero inputs.
 Time points and their float32 accumulation are the numpy runtime's (`engine.euler_times`, `time_grid`).
 
@@ -29,6 +30,8 @@ from torch import nn
 from fasttts_cli.build.bigvgan import BigVGAN
 from fasttts_cli.build.dit import RMSNorm
 from fasttts_cli.build.s2mel import S2Mel
+from fasttts_cli.s2mel_cache import core as cfm_loop
+from fasttts_cli.s2mel_cache.schedules import euler_times
 from fasttts_cli.torch_backend.graphs import GraphRunner, bucket, round_up, row_buckets
 
 _NORMS = (RMSNorm, nn.LayerNorm, nn.GroupNorm)
@@ -54,8 +57,6 @@ def half_with_fp32_norms(module: nn.Module, dtype: torch.dtype) -> nn.Module:
 def time_grid(steps: int, schedule: str = "uniform") -> np.ndarray:
     """(steps + 1,) float32 Euler time points, the same grid as the ONNX runtime's (uniform equals the
     original's torch.linspace value for value)."""
-    from fasttts_cli.s2mel_cache.schedules import euler_times
-
     return euler_times(steps, schedule)
 
 
@@ -77,15 +78,13 @@ class S2MelSettings:
 
 @dataclass
 class _StepBuffers:
-    x: torch.Tensor  # (b, n_mels, T) fp32 Euler state
-    x_next: torch.Tensor
+    x: torch.Tensor  # (b, n_mels, T) fp32 Euler state fed to the step
+    v: torch.Tensor  # (b, n_mels, T) fp32 guided velocity out of it
     prompt2: torch.Tensor  # (2b, n_mels, T) [prompt_x; 0]
     lens2: torch.Tensor  # (2b,) int64
     style2: torch.Tensor  # (2b, style_dim)
     mu2: torch.Tensor  # (2b, T, C)
-    keep: torch.Tensor  # (b, 1, T) fp32
     t: torch.Tensor  # (1,) fp32
-    dt: torch.Tensor  # (1,) fp32
     cfg: torch.Tensor  # (1,) fp32
 
 
@@ -150,8 +149,7 @@ class TorchS2Mel:
                 buf.mu2,
             )
         v_c, v_u = raw.float().chunk(2, dim=0)
-        v = (1.0 + buf.cfg) * v_c - buf.cfg * v_u
-        buf.x_next.copy_((buf.x + buf.dt * v) * buf.keep)
+        buf.v.copy_((1.0 + buf.cfg) * v_c - buf.cfg * v_u)
 
     def _buffers_for(self, b: int, t: int, c: int, style_dim: int) -> _StepBuffers:
         key = (b, t)
@@ -160,14 +158,12 @@ class TorchS2Mel:
             dev, f32 = self.device, torch.float32
             buf = _StepBuffers(
                 x=torch.zeros(b, self.n_mels, t, dtype=f32, device=dev),
-                x_next=torch.zeros(b, self.n_mels, t, dtype=f32, device=dev),
+                v=torch.zeros(b, self.n_mels, t, dtype=f32, device=dev),
                 prompt2=torch.zeros(2 * b, self.n_mels, t, dtype=f32, device=dev),
                 lens2=torch.full((2 * b,), t, dtype=torch.long, device=dev),
                 style2=torch.zeros(2 * b, style_dim, dtype=f32, device=dev),
                 mu2=torch.zeros(2 * b, t, c, dtype=f32, device=dev),
-                keep=torch.zeros(b, 1, t, dtype=f32, device=dev),
                 t=torch.zeros(1, dtype=f32, device=dev),
-                dt=torch.zeros(1, dtype=f32, device=dev),
                 cfg=torch.zeros(1, dtype=f32, device=dev),
             )
             self._buffers[key] = buf
@@ -198,39 +194,35 @@ class TorchS2Mel:
         tb = round_up(t_len, self.settings.frames_step)
         c, sd = int(mu.shape[-1]), int(style.shape[-1])
         buf = self._buffers_for(b, tb, c, sd)
-        x_lens = x_lens.to(dev).long()
-        prompt_lens = prompt_lens.to(dev).long()
-        pos = torch.arange(tb, device=dev)[None, :]
-        in_prompt = (pos < prompt_lens[:, None]).float()[:, None, :]
-        keep = ((pos >= prompt_lens[:, None]) & (pos < x_lens[:, None])).float()[:, None, :]
-        prompt = prompt.float().to(dev)[:, :, :tb]
-        prompt_x = torch.nn.functional.pad(prompt, (0, tb - prompt.shape[-1])) * in_prompt
-        # fill the bucket: real rows first, padding rows full-length zeros
+        # the bucket: real rows first; padding rows keep nothing (x stays zero) but feed the DiT a full
+        # length and zero inputs
+        lens = torch.zeros(b, dtype=torch.long, device=dev)
+        lens[:n] = x_lens.to(dev).long()
+        p_lens = torch.zeros(b, dtype=torch.long, device=dev)
+        p_lens[:n] = prompt_lens.to(dev).long()
+        prompt = prompt.float().to(dev)
+        prompt_b = torch.zeros(b, self.n_mels, prompt.shape[-1], device=dev)
+        prompt_b[:n] = prompt
+        z_b = torch.zeros(b, self.n_mels, tb, device=dev)
+        z_b[:n, :, :t_len] = z.float().to(dev)
+        prompt_x, keep = cfm_loop.masks(prompt_b, p_lens, lens, z_b)
         buf.prompt2.zero_()
-        buf.prompt2[:n] = prompt_x
-        buf.lens2.fill_(tb)
-        buf.lens2[:n] = x_lens
-        buf.lens2[b : b + n] = x_lens
+        buf.prompt2[:b] = prompt_x
+        buf.lens2.copy_(torch.where(lens > 0, lens, tb).repeat(2))
         buf.style2.zero_()
         buf.style2[:n] = style.float().to(dev)
         buf.mu2.zero_()
         buf.mu2[:n, :t_len] = mu.float().to(dev)
-        buf.keep.zero_()
-        buf.keep[:n] = keep
-        buf.x.zero_()
-        buf.x[:n, :, :t_len] = z.float().to(dev)
-        buf.x[:n] *= keep
         buf.cfg.fill_(float(cfg_rate))
-        ts = time_grid(steps, schedule)
-        t = ts[0]
-        for s in range(1, steps + 1):
-            dt = np.float32(ts[s] - ts[s - 1])
+
+        def velocity(step: int, x: torch.Tensor, t: np.float32) -> torch.Tensor:
+            buf.x.copy_(x)
             buf.t.fill_(float(t))
-            buf.dt.fill_(float(dt))
             self.graphs.run(("cfm", b, tb, c, sd), lambda: self._step_body(buf))
-            buf.x.copy_(buf.x_next)
-            t = np.float32(t + dt)
-        return buf.x[:n, :, :t_len].clone()
+            return buf.v
+
+        x = cfm_loop.euler(velocity, z_b * keep, keep, time_grid(steps, schedule))
+        return x[:n, :, :t_len].clone()
 
     def mels(self, x: torch.Tensor, prompt_lens: torch.Tensor, x_lens: torch.Tensor) -> list[torch.Tensor]:
         """Each row's generated mel x[b, :, prompt_len:x_len]."""
