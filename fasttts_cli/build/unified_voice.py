@@ -350,29 +350,33 @@ class UnifiedVoice(nn.Module):
 # --------------------------------------------------------------------------------------------- export
 
 
-class SpeakerConditionerGraph(nn.Module):
-    """Export wrapper: (feats (B,T,C), lengths (B,) int64) -> speaker latents (B, num_latents, D)."""
+class _ConditionerGraph(nn.Module):
+    """Export wrapper: (feats (B,T,C), lengths (B,) int64) -> one conditioner's output, its conformer's
+    subsampling run in frequency groups (the form the exporter handles)."""
+
+    encoder: str  # the UnifiedVoice attribute holding the conformer
+    stage: str  # the UnifiedVoice method computing the output
 
     def __init__(self, uv: UnifiedVoice) -> None:
         super().__init__()
         self.uv = uv
 
     def forward(self, feats: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        with subsampling_in_freq_groups(self.uv.conditioning_encoder):
-            return self.uv.speaker_latents(feats, lengths)
+        with subsampling_in_freq_groups(getattr(self.uv, self.encoder)):
+            return getattr(self.uv, self.stage)(feats, lengths)
 
 
-class EmotionConditionerGraph(nn.Module):
-    """Export wrapper: (feats (B,T,C), lengths (B,) int64) -> get_emovec (B, D). The alpha blend with the
-    speaker's own emovec (base + alpha * (emo - base)) is two rows through this graph plus host math."""
+class SpeakerConditionerGraph(_ConditionerGraph):
+    """-> speaker latents (B, num_latents, D)."""
 
-    def __init__(self, uv: UnifiedVoice) -> None:
-        super().__init__()
-        self.uv = uv
+    encoder, stage = "conditioning_encoder", "speaker_latents"
 
-    def forward(self, feats: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        with subsampling_in_freq_groups(self.uv.emo_conditioning_encoder):
-            return self.uv.emovec_of(feats, lengths)
+
+class EmotionConditionerGraph(_ConditionerGraph):
+    """-> get_emovec (B, D). The alpha blend with the speaker's own emovec (base + alpha * (emo - base)) is
+    two rows through this graph plus host math."""
+
+    encoder, stage = "emo_conditioning_encoder", "emovec_of"
 
 
 class TrunkGraph(nn.Module):
