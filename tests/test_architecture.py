@@ -27,6 +27,7 @@ LAYERS: list[tuple[str, frozenset[str]]] = [
     ("synth", frozenset({"synth"})),  # the Synthesizer contract, engine selection, the draft voice
     ("backends", frozenset({"backends"})),  # the registry, stage protocols, one adapter per runtime
     ("nets", frozenset({"nets"})),  # PyTorch definitions of the checkpoint's modules and its loader
+    ("cfm", frozenset({"cfm"})),  # the one Euler CFM loop and its time grids (numpy/torch-neutral)
     ("audio", frozenset({"audio"})),  # float32 audio: loading, tempo, timeline and mix, loudness
     ("media", frozenset({"media"})),  # ffmpeg: probe, integrity, mux
     ("spec", frozenset({"spec"})),  # presets and the engine folder's manifest
