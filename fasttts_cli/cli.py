@@ -42,6 +42,7 @@ from fasttts_cli.cli_shared import (
     emotion_spec,
     execute,
     fail,
+    options_from,
     verbosity,
 )
 from fasttts_cli.errors import ExitCode
@@ -138,45 +139,10 @@ def dub(
     verbose: VerboseOpt = 0,
 ) -> int:
     """Dub a subtitle/script file: synthesize every line, fit it to its slot, mix, mux."""
+    params = dict(locals())  # the flags, named as DubOptions' fields
     from fasttts_cli.pipeline import DubOptions, run_dub
 
-    opts = DubOptions(
-        script=script,
-        voices=list(voice or []),
-        video=video,
-        lang=lang,
-        output=output,
-        output_dir=output_dir,
-        work_dir=work_dir,
-        engine=engine,
-        preset=preset,
-        input_format=input_format,
-        name_prefix=name_prefix,
-        strict_voices=strict_voices,
-        styles=styles,
-        encoding=encoding,
-        allow_overlap=allow_overlap,
-        batch_size=batch_size,
-        max_batch_tokens=max_batch_tokens,
-        seed=seed,
-        only=only,
-        dry_run=dry_run,
-        on_line_failure=on_line_failure,
-        max_retries=max_retries,
-        max_speedup=max_speedup,
-        max_slowdown=max_slowdown,
-        min_gap=min_gap,
-        max_factor_step=max_factor_step,
-        overflow=overflow,
-        mix=mix,
-        background=background,
-        loudness=loudness,
-        true_peak=true_peak,
-        soft_subtitles=soft_subtitles,
-        default_subtitles=default_subtitles,
-        title=title,
-        no_wait=no_wait,
-    )
+    opts = options_from(DubOptions, params, voices=list(voice or []))
 
     def body(rep: Reporter) -> dict[str, Any]:
         opts.emotion = emotion_spec(emotion_audio, emotion_vector, emotion_alpha)
@@ -289,26 +255,11 @@ def inspect(
     verbose: VerboseOpt = 0,
 ) -> int:
     """Show cues, speakers, batches and a timing forecast (no model is loaded)."""
+    params = dict(locals())  # the flags, named as DubOptions' fields
     from fasttts_cli.inspection import inspect_job
     from fasttts_cli.job import DubOptions
 
-    opts = DubOptions(
-        script=script,
-        voices=list(voice or []),
-        video=video,
-        engine=engine,
-        input_format=input_format,
-        name_prefix=name_prefix,
-        strict_voices=strict_voices,
-        styles=styles,
-        encoding=encoding,
-        allow_overlap=allow_overlap,
-        batch_size=batch_size,
-        max_batch_tokens=max_batch_tokens,
-        max_speedup=max_speedup,
-        min_gap=min_gap,
-        only=only,
-    )
+    opts = options_from(DubOptions, params, voices=list(voice or []))
     return execute(
         json_out, verbosity(quiet, verbose), None, "inspect", lambda rep: inspect_job(opts), _print_inspect
     )

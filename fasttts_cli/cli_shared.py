@@ -6,15 +6,18 @@ from __future__ import annotations
 import json
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import fields
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 
 from fasttts_cli import __version__
 from fasttts_cli.errors import ExitCode, FastTTSError, UsageError
 from fasttts_cli.progress import NORMAL, QUIET, VERBOSE, Reporter, setup_logging
+
+T = TypeVar("T")
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 ok; 1 runtime failure (synthesis, ffmpeg, timing --overflow fail); "
@@ -116,6 +119,13 @@ EmotionVectorOpt = Annotated[
 EmotionAlphaOpt = Annotated[
     float, typer.Option("--emotion-alpha", help="Strength of the emotion reference or vector (0..1).")
 ]
+
+
+def options_from(cls: type[T], params: Mapping[str, Any], **given: Any) -> T:
+    """The dataclass `cls` from a command's parameters: each flag whose name is a field sets that field,
+    so the commands that share DubOptions do not each list the mapping (other parameters are ignored)."""
+    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    return cls(**{k: v for k, v in params.items() if k in names and k not in given}, **given)
 
 
 def emotion_spec(audio: Path | None, vector: str | None, alpha: float) -> Any:

@@ -60,7 +60,7 @@ def workspace(tmp_path_factory) -> Path:
 
 
 def test_main_job_then_rerun_then_edit(capsys, workspace: Path):
-    from fasttts_cli.loudness import measure_loudness
+    from fasttts_cli.loudness_meter import measure_loudness
     from fasttts_cli.mux import stream_md5
     from fasttts_cli.probe import probe
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from fasttts_cli.loudness import line_loudness
+from fasttts_cli.loudness_meter import line_loudness
 from fasttts_cli.pipeline import DubOptions, run_dub
 from fasttts_cli.synthesizer import SynthRequest, SynthResult
 from fasttts_cli.tempo import change_tempo

@@ -21,17 +21,9 @@ from fasttts_cli.audio import AudioReader, load_audio_channels
 from fasttts_cli.blockio import AudioFileWriter, DiskArray, MemArray, export_audio
 from fasttts_cli.cache import atomic_write_json, atomic_write_text
 from fasttts_cli.ffmpeg import run_ffmpeg
-from fasttts_cli.loudness import (
-    ArraySource,
-    LimiterStream,
-    LoudnessMeter,
-    TruePeakMeter,
-    integrated_loudness,
-    limiter_gain,
-    normalize_report,
-    normalize_stream,
-    true_peak,
-)
+from fasttts_cli.limiter import LimiterStream, limiter_gain
+from fasttts_cli.loudness import ArraySource, normalize_report, normalize_stream
+from fasttts_cli.loudness_meter import LoudnessMeter, TruePeakMeter, integrated_loudness, true_peak
 from fasttts_cli.mix import (
     DuckOptions,
     array_reader,

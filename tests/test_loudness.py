@@ -3,16 +3,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fasttts_cli.loudness import (
-    integrated_loudness,
-    level_line,
-    limit,
-    line_loudness,
-    measure_loudness,
-    normalize_loudness,
-    normalize_report,
-    true_peak,
-)
+from fasttts_cli.limiter import limit
+from fasttts_cli.loudness import level_line, normalize_loudness, normalize_report
+from fasttts_cli.loudness_meter import integrated_loudness, line_loudness, measure_loudness, true_peak
 
 SR = 48000
 

@@ -16,14 +16,12 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from fasttts_cli.build.quantize import (  # noqa: E402
     QuantConfig,
-    QuantizeError,
     apply_precision,
     compare_outputs,
     count_ops,
-    dequantize_blocks,
-    quantize_blocks,
     quantize_file,
 )
+from fasttts_cli.build.quantize_blocks import QuantizeError, dequantize_blocks, quantize_blocks  # noqa: E402
 from fasttts_cli.presets import ComponentSpec, load_preset  # noqa: E402
 
 K, N, M = 200, 96, 64  # K deliberately not a multiple of the block sizes

@@ -6,15 +6,12 @@ import pytest
 
 from fasttts_cli.indextts2.text import (
     TextFrontEnd,
-    en_cardinal,
-    en_ordinal,
-    en_year,
     normalize,
     split_segments,
     tokenize_by_cjk_char,
     use_chinese,
-    zh_cardinal,
 )
+from fasttts_cli.indextts2.text_numbers import en_cardinal, en_ordinal, en_year, zh_cardinal
 from tests.parity import parity_dir
 
 

@@ -280,12 +280,12 @@ def convert_file(
 ) -> Fp16Report:
     """Convert the ONNX file `src` into `dst` (may equal src); the result passes onnx's checker with
     strict type inference, else Fp16Error."""
-    from fasttts_cli.build.quantize import _load, _save
+    from fasttts_cli.build.onnx_io import load_model, save_model
 
-    model = _load(Path(src))
+    model = load_model(Path(src))
     report = convert_model(model, fp32_ops=fp32_ops, fp32_nodes=fp32_nodes)
     check_types(model)
-    _save(model, Path(dst))
+    save_model(model, Path(dst))
     return report
 
 

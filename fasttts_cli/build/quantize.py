@@ -35,20 +35,16 @@ from typing import Any
 import numpy as np
 
 from fasttts_cli.backends import registry
+from fasttts_cli.build.onnx_io import EXTERNAL_DATA_BYTES, load_model, save_model, weight_bytes
+from fasttts_cli.build.quantize_blocks import QuantizeError, quantize_blocks
 from fasttts_cli.build.quiet import quiet_native_output
-from fasttts_cli.errors import FastTTSError
 from fasttts_cli.presets import INTEGER_PRECISIONS, ComponentSpec
 
 MS_DOMAIN = "com.microsoft"
-EXTERNAL_DATA_BYTES = 2_000_000_000
 
 # Defaults when a preset leaves an option out (acceleration.md §4.3: block 128 for 8 bits, 32 for 4).
 DEFAULT_BLOCK = {8: 128, 4: 32}
 DEFAULT_ACCURACY_LEVEL = 4
-
-
-class QuantizeError(FastTTSError):
-    """A component could not be quantized as the preset asks."""
 
 
 @dataclass(frozen=True)
@@ -96,119 +92,7 @@ class QuantReport:
         return dict(self.__dict__)
 
 
-# ------------------------------------------------------------------------------------------ packing
-
-
-@dataclass(frozen=True)
-class PackedWeight:
-    blob: np.ndarray  # uint8 (N, k_blocks, block_size * bits / 8)
-    scales: np.ndarray  # float32 (N * k_blocks,)
-    zero_points: np.ndarray | None  # uint8 (N * ceil(k_blocks * bits / 8),) or None (symmetric)
-    k: int
-    n: int
-    bits: int
-    block_size: int
-
-
-def _pack_nibbles(q: np.ndarray) -> np.ndarray:
-    """(..., 2m) values 0..15 -> (..., m) bytes, element 2i in the low nibble (the op's layout)."""
-    q = q.astype(np.uint8)
-    return (q[..., 0::2] | (q[..., 1::2] << 4)).astype(np.uint8)
-
-
-def quantize_blocks(w: np.ndarray, bits: int, block_size: int, *, symmetric: bool) -> PackedWeight:
-    """Round-to-nearest block quantization of a (K, N) weight, packed for MatMulNBits.
-
-    Blocks run along K (the reduction axis) per output column; K is zero-padded to whole blocks.
-    Asymmetric: scale = (max - min) / (2^bits - 1), zero point = round(-min / scale), both per block.
-    Symmetric: no zero-point input (the op then uses 2^(bits-1)), scale = absmax / (2^(bits-1) - 1).
-    """
-    if bits not in (4, 8):
-        raise QuantizeError(f"bits must be 4 or 8, got {bits}")
-    if block_size < 16 or block_size & (block_size - 1):
-        raise QuantizeError(f"block_size must be a power of two >= 16, got {block_size}")
-    w = np.asarray(w, dtype=np.float32)
-    k, n = w.shape
-    kb = -(-k // block_size)
-    padded = np.zeros((kb * block_size, n), dtype=np.float32)
-    padded[:k] = w
-    blocks = padded.T.reshape(n, kb, block_size).astype(np.float64)
-    qmax = (1 << bits) - 1
-    if symmetric:
-        zp = np.full((n, kb), 1 << (bits - 1), dtype=np.float64)
-        amax = np.abs(blocks).max(axis=2)
-        scale = amax / ((1 << (bits - 1)) - 1)
-    else:
-        lo = np.minimum(blocks.min(axis=2), 0.0)  # keep 0 exactly representable (zero padding)
-        hi = np.maximum(blocks.max(axis=2), 0.0)
-        scale = (hi - lo) / qmax
-        safe = np.where(scale > 0, scale, 1.0)
-        zp = np.clip(np.round(-lo / safe), 0, qmax)
-    scale = np.where(scale > 0, scale, 1.0).astype(np.float32)
-    q = np.clip(np.round(blocks / scale.astype(np.float64)[..., None]) + zp[..., None], 0, qmax)
-    blob = q.astype(np.uint8) if bits == 8 else _pack_nibbles(q)
-    zero_points = None
-    if not symmetric:
-        zq = zp.astype(np.uint8)
-        if bits == 4:
-            if kb % 2:
-                zq = np.concatenate([zq, np.zeros((n, 1), np.uint8)], axis=1)
-            zq = _pack_nibbles(zq)
-        zero_points = zq.reshape(-1)
-    return PackedWeight(blob, scale.reshape(-1), zero_points, k, n, bits, block_size)
-
-
-def dequantize_blocks(p: PackedWeight) -> np.ndarray:
-    """The (K, N) float32 weight MatMulNBits computes with: (q - zero_point) * scale."""
-    kb = p.blob.shape[1]
-    if p.bits == 8:
-        q = p.blob.astype(np.float64)
-    else:
-        q = np.empty((p.n, kb, p.block_size), dtype=np.float64)
-        q[..., 0::2] = p.blob & 0x0F
-        q[..., 1::2] = p.blob >> 4
-    if p.zero_points is None:
-        zp = np.full((p.n, kb), 1 << (p.bits - 1), dtype=np.float64)
-    elif p.bits == 8:
-        zp = p.zero_points.reshape(p.n, kb).astype(np.float64)
-    else:
-        packed = p.zero_points.reshape(p.n, -1)
-        zp = np.empty((p.n, packed.shape[1] * 2), dtype=np.float64)
-        zp[:, 0::2] = packed & 0x0F
-        zp[:, 1::2] = packed >> 4
-        zp = zp[:, :kb]
-    w = (q - zp[..., None]) * p.scales.reshape(p.n, kb)[..., None].astype(np.float64)
-    return w.reshape(p.n, kb * p.block_size)[:, : p.k].T.astype(np.float32)
-
-
 # ------------------------------------------------------------------------------------------ graph
-
-
-def _load(path: Path) -> Any:
-    import onnx
-
-    return onnx.load(str(path), load_external_data=True)
-
-
-def _save(model: Any, dst: Path) -> None:
-    """Save atomically; weights go to one `<name>.data` file when the graph would pass 2 GB."""
-    import onnx
-
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    size = sum(t.ByteSize() for t in model.graph.initializer)
-    external = size > EXTERNAL_DATA_BYTES
-    with tempfile.TemporaryDirectory(dir=dst.parent) as tmp:
-        raw = Path(tmp) / dst.name
-        onnx.save_model(
-            model,
-            str(raw),
-            save_as_external_data=external,
-            all_tensors_to_one_file=True,
-            location=dst.name + ".data",
-            size_threshold=1024,
-        )
-        for f in Path(tmp).iterdir():
-            os.replace(f, dst.parent / f.name)
 
 
 def _ensure_ms_opset(model: Any) -> None:
@@ -329,7 +213,7 @@ def quantize_file(src: Path | str, dst: Path | str, cfg: QuantConfig) -> QuantRe
     """Quantize the ONNX file `src` into `dst` (may equal src); returns what was done."""
     src, dst = Path(src), Path(dst)
     if cfg.method == "matmulnbits":
-        model = _load(src)
+        model = load_model(src)
         report = quantize_matmul_nbits(model, cfg)
         if not report.quantized:
             raise QuantizeError(f"{src.name}: no MatMul with a constant float weight to quantize")
@@ -340,7 +224,7 @@ def quantize_file(src: Path | str, dst: Path | str, cfg: QuantConfig) -> QuantRe
                 onnx.checker.check_model(model)
         except onnx.checker.ValidationError as e:
             raise QuantizeError(f"{src.name}: quantized graph is invalid: {e}") from None
-        _save(model, dst)
+        save_model(model, dst)
         return report
     if cfg.method == "dynamic":
         return _quantize_dynamic(src, dst, cfg)
@@ -350,7 +234,7 @@ def quantize_file(src: Path | str, dst: Path | str, cfg: QuantConfig) -> QuantRe
 def _quantize_dynamic(src: Path, dst: Path, cfg: QuantConfig) -> QuantReport:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    before = _weight_bytes(src)
+    before = weight_bytes(src)
     with tempfile.TemporaryDirectory(dir=dst.parent) as tmp:
         out = Path(tmp) / dst.name
         large = before > EXTERNAL_DATA_BYTES
@@ -372,18 +256,14 @@ def _quantize_dynamic(src: Path, dst: Path, cfg: QuantConfig) -> QuantReport:
                 )
         except Exception as e:  # the quantizer raises many types
             raise QuantizeError(f"{src.name}: dynamic quantization failed: {e}") from None
-        model = _load(out)
+        model = load_model(out)
         names = sorted(
             t.name for t in model.graph.initializer if t.data_type in (3,) and t.name.endswith("_quantized")
         )
-        _save(model, dst)
+        save_model(model, dst)
     rep = QuantReport("dynamic", 8, None, None, quantized=names, per_channel=cfg.per_channel)
-    rep.bytes_before, rep.bytes_after = before, _weight_bytes(dst)
+    rep.bytes_before, rep.bytes_after = before, weight_bytes(dst)
     return rep
-
-
-def _weight_bytes(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.parent.glob(path.name + "*") if p.is_file())
 
 
 # ------------------------------------------------------------------------------------------ entry points

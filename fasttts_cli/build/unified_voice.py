@@ -18,7 +18,6 @@ it was given (a tuple of pairs when `past_kv` is None).
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -26,11 +25,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from fasttts_cli.build.conformer import ConformerConfig, ConformerEncoder, subsampling_in_freq_groups
-from fasttts_cli.build.perceiver import PerceiverConfig, PerceiverResampler
+from fasttts_cli.build.conformer import ConformerEncoder, subsampling_in_freq_groups
+from fasttts_cli.build.gpt2 import GPT2Trunk, PosTable
+from fasttts_cli.build.perceiver import PerceiverResampler
+from fasttts_cli.build.unified_voice_config import UnifiedVoiceConfig
 from fasttts_cli.build.weights import strict_load, torch_load
 from fasttts_cli.errors import InputError
 
@@ -41,237 +41,6 @@ LogitsFor = Literal["all", "last", "none"]
 # wrapper's aliases, the mel embedding re-attached as `gpt.wte`, and GPT-2's old causal-mask buffers.
 _IGNORED_PREFIXES = ("inference_model.", "gpt.wte.", "gpt.wpe.")
 _IGNORED_RE = re.compile(r"^gpt\.h\.\d+\.attn\.(bias|masked_bias)$")
-
-
-# --------------------------------------------------------------------------------------------- config
-
-
-@dataclass(frozen=True)
-class UnifiedVoiceConfig:
-    model_dim: int
-    layers: int
-    heads: int
-    n_inner: int
-    max_mel_tokens: int
-    max_text_tokens: int
-    max_conditioning_inputs: int
-    number_text_tokens: int
-    types: int
-    number_mel_codes: int
-    start_mel_token: int
-    stop_mel_token: int
-    start_text_token: int
-    stop_text_token: int
-    spk_conformer: ConformerConfig
-    spk_perceiver: PerceiverConfig
-    emo_conformer: ConformerConfig
-    emo_perceiver: PerceiverConfig
-    layer_norm_eps: float = 1e-5
-
-    @property
-    def text_vocab(self) -> int:
-        return self.number_text_tokens * self.types + 1
-
-    @property
-    def mel_pos_rows(self) -> int:
-        return self.max_mel_tokens + 2 + self.max_conditioning_inputs
-
-    @property
-    def text_pos_rows(self) -> int:
-        return self.max_text_tokens + 2
-
-    @property
-    def num_latents(self) -> int:
-        return self.spk_perceiver.num_latents
-
-    @property
-    def n_conds(self) -> int:
-        """Rows of the conditioning part of the prefix: speaker latents + two speed tokens."""
-        return self.num_latents + 2
-
-    @property
-    def head_dim(self) -> int:
-        return self.model_dim // self.heads
-
-    @classmethod
-    def from_gpt_section(
-        cls,
-        gpt: Mapping[str, Any],
-        state: Mapping[str, torch.Tensor] | None = None,
-        *,
-        cond_input_size: int = 1024,
-        config_path: Path | str = "config.yaml",
-    ) -> UnifiedVoiceConfig:
-        """Sizes from config.yaml's `gpt` section; what the config does not hold comes from the tensors.
-
-        `cond_input_size` is the conditioner input width (w2v-BERT hidden size, 1024 in IndexTTS-2; the
-        original hard-codes it). Sizes the original hard-codes inside modules (perceiver head width, FFN
-        inner size, conv kernel, position-table length, emotion perceiver width) are read from `state`
-        when given, so shrunken checkpoints load too.
-        """
-        state = state or {}
-
-        def need(key: str, where: Mapping[str, Any] = gpt, prefix: str = "gpt") -> Any:
-            if key not in where:
-                raise InputError(config_path, f"missing key {prefix}.{key}")
-            return where[key]
-
-        def dim(key: str, axis: int, default: int) -> int:
-            t = state.get(key)
-            return int(t.shape[axis]) if t is not None and t.dim() > axis else default
-
-        ctype = gpt.get("condition_type", "conformer_perceiver")
-        if ctype != "conformer_perceiver":
-            raise InputError(
-                config_path,
-                f"gpt.condition_type {ctype!r} is not supported (IndexTTS-2 uses conformer_perceiver)",
-            )
-        d = int(need("model_dim"))
-        heads = int(need("heads"))
-
-        def conditioner(section: str, prefix: str, perceiver: str, dim_out: int, latents: int):
-            mod = need(section)
-            name = f"gpt.{section}"
-            if mod.get("input_layer", "conv2d2") != "conv2d2":
-                raise InputError(config_path, f"{name}.input_layer {mod['input_layer']!r} is not supported")
-            out = int(need("output_size", mod, name))
-            h = int(need("attention_heads", mod, name))
-            conf = ConformerConfig(
-                input_size=cond_input_size,
-                output_size=out,
-                attention_heads=h,
-                linear_units=int(need("linear_units", mod, name)),
-                num_blocks=int(need("num_blocks", mod, name)),
-                cnn_kernel=dim(f"{prefix}.encoders.0.conv_module.depthwise_conv.weight", 2, 15),
-                max_len=dim(f"{prefix}.embed.pos_enc.pe", 1, 5000),
-            )
-            depth_keys = {k.split(".")[2] for k in state if k.startswith(f"{perceiver}.layers.")}
-            perc = PerceiverConfig(
-                dim=dim_out,
-                dim_context=out,
-                num_latents=latents,
-                heads=h,
-                dim_head=dim(f"{perceiver}.layers.0.0.to_q.weight", 0, 64 * h) // h,
-                depth=len(depth_keys) if depth_keys else 2,
-                ff_inner=dim(f"{perceiver}.layers.0.1.2.weight", 1, 0) or None,
-                ff_mult=float(mod.get("perceiver_mult", 4)),
-            )
-            return conf, perc
-
-        spk_conf, spk_perc = conditioner(
-            "condition_module",
-            "conditioning_encoder",
-            "perceiver_encoder",
-            d,
-            int(gpt.get("condition_num_latent", 32)),
-        )
-        # The emotion perceiver's width is hard-coded to 1024 (= w2v-BERT width) in the original.
-        emo_dim = dim("emo_perceiver_encoder.latents", 1, dim("emovec_layer.weight", 1, cond_input_size))
-        emo_conf, emo_perc = conditioner(
-            "emo_condition_module", "emo_conditioning_encoder", "emo_perceiver_encoder", emo_dim, 1
-        )
-        return cls(
-            model_dim=d,
-            layers=int(need("layers")),
-            heads=heads,
-            n_inner=dim("gpt.h.0.mlp.c_fc.weight", 1, 4 * d),
-            max_mel_tokens=int(need("max_mel_tokens")),
-            max_text_tokens=int(need("max_text_tokens")),
-            max_conditioning_inputs=int(gpt.get("max_conditioning_inputs", 1)),
-            number_text_tokens=int(need("number_text_tokens")),
-            types=int(gpt.get("types", 1)),
-            number_mel_codes=int(gpt.get("number_mel_codes", 8194)),
-            start_mel_token=int(gpt.get("start_mel_token", 8192)),
-            stop_mel_token=int(gpt.get("stop_mel_token", 8193)),
-            start_text_token=int(gpt.get("start_text_token", 0)),
-            stop_text_token=int(gpt.get("stop_text_token", 1)),
-            spk_conformer=spk_conf,
-            spk_perceiver=spk_perc,
-            emo_conformer=emo_conf,
-            emo_perceiver=emo_perc,
-        )
-
-
-# --------------------------------------------------------------------------------------------- GPT-2
-
-
-class Conv1D(nn.Module):
-    """HF GPT-2's Conv1D: a Linear whose weight is stored (in, out)."""
-
-    def __init__(self, n_in: int, n_out: int) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.zeros(n_in, n_out))
-        self.bias = nn.Parameter(torch.zeros(n_out))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.matmul(x, self.weight) + self.bias
-
-
-class GPT2Attention(nn.Module):
-    def __init__(self, d: int, heads: int) -> None:
-        super().__init__()
-        self.heads = heads
-        self.scale = 1.0 / math.sqrt(d // heads)
-        self.c_attn = Conv1D(d, 3 * d)
-        self.c_proj = Conv1D(d, d)
-
-    def forward(
-        self, x: torch.Tensor, allowed: torch.Tensor, past_k: torch.Tensor, past_v: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        b, t, d = x.shape
-        q, k, v = self.c_attn(x).chunk(3, dim=-1)
-        q = q.view(b, t, self.heads, -1).transpose(1, 2)
-        k = torch.cat([past_k, k.view(b, t, self.heads, -1).transpose(1, 2)], dim=2)
-        v = torch.cat([past_v, v.view(b, t, self.heads, -1).transpose(1, 2)], dim=2)
-        scores = torch.matmul(q, k.transpose(-2, -1)) * self.scale
-        # finfo.min (not -inf): a left-padding row whose keys are all masked stays finite (its output is
-        # never used); allowed keys are untouched, masked ones get exactly zero weight.
-        scores = torch.where(allowed, scores, torch.finfo(scores.dtype).min)
-        out = torch.matmul(torch.softmax(scores, dim=-1), v).transpose(1, 2).reshape(b, t, d)
-        return self.c_proj(out), k, v
-
-
-class GPT2MLP(nn.Module):
-    def __init__(self, d: int, inner: int) -> None:
-        super().__init__()
-        self.c_fc = Conv1D(d, inner)
-        self.c_proj = Conv1D(inner, d)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.c_proj(F.gelu(self.c_fc(x), approximate="tanh"))  # HF "gelu_new"
-
-
-class GPT2Block(nn.Module):
-    def __init__(self, cfg: UnifiedVoiceConfig) -> None:
-        super().__init__()
-        self.ln_1 = nn.LayerNorm(cfg.model_dim, eps=cfg.layer_norm_eps)
-        self.attn = GPT2Attention(cfg.model_dim, cfg.heads)
-        self.ln_2 = nn.LayerNorm(cfg.model_dim, eps=cfg.layer_norm_eps)
-        self.mlp = GPT2MLP(cfg.model_dim, cfg.n_inner)
-
-    def forward(
-        self, x: torch.Tensor, allowed: torch.Tensor, past_k: torch.Tensor, past_v: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        a, k, v = self.attn(self.ln_1(x), allowed, past_k, past_v)
-        x = x + a
-        return x + self.mlp(self.ln_2(x)), k, v
-
-
-class GPT2Trunk(nn.Module):
-    """GPT-2 blocks + ln_f, without token or position embeddings (the original zeroes wpe, drops wte)."""
-
-    def __init__(self, cfg: UnifiedVoiceConfig) -> None:
-        super().__init__()
-        self.h = nn.ModuleList(GPT2Block(cfg) for _ in range(cfg.layers))
-        self.ln_f = nn.LayerNorm(cfg.model_dim, eps=cfg.layer_norm_eps)
-
-
-class _PosTable(nn.Module):
-    """Learned absolute positions, stored as `<name>.emb.weight`."""
-
-    def __init__(self, rows: int, d: int) -> None:
-        super().__init__()
-        self.emb = nn.Embedding(rows, d)
 
 
 # --------------------------------------------------------------------------------------------- outputs
@@ -326,8 +95,8 @@ class UnifiedVoice(nn.Module):
         self.speed_emb = nn.Embedding(2, d)
         self.text_embedding = nn.Embedding(cfg.text_vocab, d)
         self.mel_embedding = nn.Embedding(cfg.number_mel_codes, d)
-        self.text_pos_embedding = _PosTable(cfg.text_pos_rows, d)
-        self.mel_pos_embedding = _PosTable(cfg.mel_pos_rows, d)
+        self.text_pos_embedding = PosTable(cfg.text_pos_rows, d)
+        self.mel_pos_embedding = PosTable(cfg.mel_pos_rows, d)
         self.emovec_layer = nn.Linear(cfg.emo_perceiver.dim, d)
         self.emo_layer = nn.Linear(d, d)
         self.gpt = GPT2Trunk(cfg)
@@ -581,29 +350,33 @@ class UnifiedVoice(nn.Module):
 # --------------------------------------------------------------------------------------------- export
 
 
-class SpeakerConditionerGraph(nn.Module):
-    """Export wrapper: (feats (B,T,C), lengths (B,) int64) -> speaker latents (B, num_latents, D)."""
+class _ConditionerGraph(nn.Module):
+    """Export wrapper: (feats (B,T,C), lengths (B,) int64) -> one conditioner's output, its conformer's
+    subsampling run in frequency groups (the form the exporter handles)."""
+
+    encoder: str  # the UnifiedVoice attribute holding the conformer
+    stage: str  # the UnifiedVoice method computing the output
 
     def __init__(self, uv: UnifiedVoice) -> None:
         super().__init__()
         self.uv = uv
 
     def forward(self, feats: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        with subsampling_in_freq_groups(self.uv.conditioning_encoder):
-            return self.uv.speaker_latents(feats, lengths)
+        with subsampling_in_freq_groups(getattr(self.uv, self.encoder)):
+            return getattr(self.uv, self.stage)(feats, lengths)
 
 
-class EmotionConditionerGraph(nn.Module):
-    """Export wrapper: (feats (B,T,C), lengths (B,) int64) -> get_emovec (B, D). The alpha blend with the
-    speaker's own emovec (base + alpha * (emo - base)) is two rows through this graph plus host math."""
+class SpeakerConditionerGraph(_ConditionerGraph):
+    """-> speaker latents (B, num_latents, D)."""
 
-    def __init__(self, uv: UnifiedVoice) -> None:
-        super().__init__()
-        self.uv = uv
+    encoder, stage = "conditioning_encoder", "speaker_latents"
 
-    def forward(self, feats: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        with subsampling_in_freq_groups(self.uv.emo_conditioning_encoder):
-            return self.uv.emovec_of(feats, lengths)
+
+class EmotionConditionerGraph(_ConditionerGraph):
+    """-> get_emovec (B, D). The alpha blend with the speaker's own emovec (base + alpha * (emo - base)) is
+    two rows through this graph plus host math."""
+
+    encoder, stage = "emo_conditioning_encoder", "emovec_of"
 
 
 class TrunkGraph(nn.Module):
