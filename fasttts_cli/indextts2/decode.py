@@ -203,7 +203,14 @@ class GPTDecoder:
         return self.emb.max_codes
 
     def prompt(self, spk_latents: np.ndarray, emovec: np.ndarray, text_ids: Sequence[int]) -> np.ndarray:
-        return self.emb.prefix(spk_latents, emovec, text_ids)
+        return self.prompt_for(self.emb, spk_latents, emovec, text_ids)
+
+    @staticmethod
+    def prompt_for(
+        emb: HostEmbeddings, spk_latents: np.ndarray, emovec: np.ndarray, text_ids: Sequence[int]
+    ) -> np.ndarray:
+        """`prompt` without a session: the embedded prefix (every host trunk takes it)."""
+        return emb.prefix(spk_latents, emovec, text_ids)
 
     def _prefill_inputs(self, prefixes: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """Left-padded [prefix | start token at mel position 0] for every line."""

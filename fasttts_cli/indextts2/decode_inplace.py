@@ -189,7 +189,7 @@ class InplaceGPTDecoder:
         return self.emb.max_codes
 
     def prompt(self, spk_latents: np.ndarray, emovec: np.ndarray, text_ids: Sequence[int]) -> np.ndarray:
-        return self.emb.prefix(spk_latents, emovec, text_ids)
+        return GPTDecoder.prompt_for(self.emb, spk_latents, emovec, text_ids)
 
     def prefill(
         self, prompts: Sequence[np.ndarray], rows_per_prompt: Sequence[int], max_steps: int

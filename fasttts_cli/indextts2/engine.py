@@ -222,6 +222,12 @@ def resolve_preset(manifest: Manifest, preset: Preset | str | Path | None, folde
 GPTPrompt = np.ndarray | LinePrompt
 
 
+def _gpt_kind(manifest: Manifest) -> type[dec.GPTDecoder] | type[TrtllmGPT]:
+    """The GPT step backend an engine folder's manifest names: the TensorRT-LLM worker when the folder
+    has that component, else the ONNX trunk (decode_inplace.decoder_for picks its form)."""
+    return TrtllmGPT if GPT_TRTLLM in manifest.components else dec.GPTDecoder
+
+
 def _own_prompts(gpt: GPTSteps, prefixes: Sequence[GPTPrompt]) -> list[GPTPrompt]:
     """The prompts, refused unless of the kind this engine's GPT makes (its own prefix())."""
     want = LinePrompt if isinstance(gpt, TrtllmGPT) else np.ndarray
@@ -378,7 +384,7 @@ class IndexTTS2Engine:
         """The GPT step backend the generate loop drives, picked once from the manifest: the worker on
         TensorRT-LLM when the folder has that component, else the ONNX trunk (in place when it can)."""
         if self._decoder is None:
-            if self.trtllm_gpt:
+            if _gpt_kind(self.manifest) is TrtllmGPT:
                 self._decoder = self.trtllm
             else:
                 self._decoder = decoder_for(
@@ -575,7 +581,7 @@ class IndexTTS2Engine:
         """Stage 3.4: the line's GPT input as this engine's GPT takes it: the (num_latents + 2 + L + 2, D)
         prefix for the ONNX trunk, conditioning rows + text ids for the TensorRT-LLM worker (its engine
         does the lookups). Opaque to callers except for `len`; it goes back into `generate` / `latent`."""
-        return self.decoder.prompt(spk_latents, emovec, text_ids)
+        return _gpt_kind(self.manifest).prompt_for(self.embeddings, spk_latents, emovec, text_ids)
 
     def generate(
         self,

@@ -314,8 +314,15 @@ class TrtllmGPT:
     def prompt(self, spk_latents: np.ndarray, emovec: np.ndarray, text_ids: Sequence[int]) -> LinePrompt:
         if self.emb is None:
             raise RuntimeError("TrtllmGPT.prompt needs the engine folder's host tables (emb=)")
-        self.emb.text_embeddings(text_ids)  # the same length check as the ONNX path
-        return LinePrompt.from_voice(spk_latents, emovec, self.emb.speed, text_ids)
+        return self.prompt_for(self.emb, spk_latents, emovec, text_ids)
+
+    @staticmethod
+    def prompt_for(
+        emb: HostEmbeddings, spk_latents: np.ndarray, emovec: np.ndarray, text_ids: Sequence[int]
+    ) -> LinePrompt:
+        """`prompt` without a worker (an engine makes prompts before it starts one)."""
+        emb.text_embeddings(text_ids)  # the same length check as the ONNX path
+        return LinePrompt.from_voice(spk_latents, emovec, emb.speed, text_ids)
 
     def prefill(self, prompts: Sequence[LinePrompt], rows: Sequence[int], max_steps: int) -> StepOutput:
         """Context pass; line i gets rows[i] identical rows. At most `max_steps` steps may follow."""
