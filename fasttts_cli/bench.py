@@ -297,7 +297,7 @@ def _bench_batch(
     b = len(pre)
     row: dict[str, Any] = {"ms_per_token": {}, "generate_s": {}}
     for k in opts.beams:
-        p1 = SamplingParams(num_beams=k, max_tokens=1, stop_token=e.tokens.stop_mel)
+        p1 = SamplingParams(beams=k, max_tokens=1, stop_token=e.tokens.stop_mel)
         # untimed warm-up: ORT's first run of a shape allocates its arena and plans the graph
         e.generate(
             pre, replace(p1, max_tokens=3), [segment_seed_generator(i, 0) for i in range(b)], ignore_stop=True
@@ -422,7 +422,7 @@ def bench_eager(
         x = torch.cat([pre.embeds, start], dim=1).expand(k, -1, -1)  # HF expands to beams before prefill
         mask = torch.ones(k, x.shape[1], dtype=torch.long)
         logits, _, kv = uv.trunk(x, mask, logits_for="last")
-        params = SamplingParams(num_beams=k, max_tokens=tokens, stop_token=c.stop_mel_token)
+        params = SamplingParams(beams=k, max_tokens=tokens, stop_token=c.stop_mel_token)
         d = NoStopDecoder(
             params, segment_seed_generator(0, 0), vocab=c.number_mel_codes, prefix_ids=(1, c.start_mel_token)
         )

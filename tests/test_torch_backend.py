@@ -152,10 +152,10 @@ def test_process_scores_equal_numpy(beams: int, do_sample: bool) -> None:
     hist = [[1, 8192, 5, 9], [1, 8192], [1, 8192, 3, *range(100, 140)], [1, 8192, 7]]
     seen = history_mask(hist, V)
     params = [
-        SamplingParams(num_beams=beams, do_sample=do_sample),
-        SamplingParams(num_beams=beams, do_sample=do_sample, top_k=5, top_p=0.95, temperature=1.3),
-        SamplingParams(num_beams=beams, do_sample=do_sample, top_k=0, top_p=1.0, repetition_penalty=1.0),
-        SamplingParams(num_beams=beams, do_sample=do_sample, top_k=1, top_p=0.2, repetition_penalty=2.0),
+        SamplingParams(beams=beams, do_sample=do_sample),
+        SamplingParams(beams=beams, do_sample=do_sample, top_k=5, top_p=0.95, temperature=1.3),
+        SamplingParams(beams=beams, do_sample=do_sample, top_k=0, top_p=1.0, repetition_penalty=1.0),
+        SamplingParams(beams=beams, do_sample=do_sample, top_k=1, top_p=0.2, repetition_penalty=2.0),
     ]
     rp = RowParams.build(params, 1, "cpu")
     got = process_scores(
@@ -183,10 +183,10 @@ def _numpy_reference(uv, prefixes, params, seeds):
 def test_generate_equals_numpy_runtime(uv, beams: int, do_sample: bool) -> None:
     prefixes = _prefixes(uv, (5, 9, 3, 4))
     params = [
-        SamplingParams(num_beams=beams, do_sample=do_sample, max_tokens=25),
-        SamplingParams(num_beams=beams, do_sample=do_sample, max_tokens=25, top_k=8, temperature=1.1),
-        SamplingParams(num_beams=beams, do_sample=do_sample, max_tokens=12),
-        SamplingParams(num_beams=beams, do_sample=do_sample, max_tokens=2),
+        SamplingParams(beams=beams, do_sample=do_sample, max_tokens=25),
+        SamplingParams(beams=beams, do_sample=do_sample, max_tokens=25, top_k=8, temperature=1.1),
+        SamplingParams(beams=beams, do_sample=do_sample, max_tokens=12),
+        SamplingParams(beams=beams, do_sample=do_sample, max_tokens=2),
     ]
     seeds = [11, 12, 13, 14]
     want = _numpy_reference(uv, prefixes, params, seeds)
@@ -204,7 +204,7 @@ def test_generate_batch_equals_single_and_seeds_matter(uv) -> None:
     prefixes = _prefixes(uv, (5, 9, 3, 6))
     tg = TorchGPT(copy.deepcopy(uv), settings=DecodeSettings(max_lines=4))
     for beams in (1, 3):
-        p = SamplingParams(num_beams=beams, max_tokens=20, temperature=1.5, top_k=50, top_p=0.95)
+        p = SamplingParams(beams=beams, max_tokens=20, temperature=1.5, top_k=50, top_p=0.95)
         batch = tg.generate(prefixes, [p] * 4, [7, 8, 9, 10])
         for i in (0, 2):
             single = tg.generate([prefixes[i]], [p], [7 + i])[0]
@@ -218,9 +218,9 @@ def test_generate_batch_equals_single_and_seeds_matter(uv) -> None:
 def test_generate_ignore_stop_forces_length_and_mixed_groups(uv) -> None:
     tg = TorchGPT(copy.deepcopy(uv), settings=DecodeSettings(max_lines=2))
     params = [
-        SamplingParams(num_beams=1, max_tokens=17),
-        SamplingParams(num_beams=3, max_tokens=9),
-        SamplingParams(num_beams=1, max_tokens=11, do_sample=False),
+        SamplingParams(beams=1, max_tokens=17),
+        SamplingParams(beams=3, max_tokens=9),
+        SamplingParams(beams=1, max_tokens=11, do_sample=False),
     ]
     out = tg.generate(_prefixes(uv), params, [1, 2, 3], ignore_stop=True)
     assert [len(o.codes) for o in out] == [17, 9, 11]
@@ -382,7 +382,7 @@ def test_presets_and_precision_mapping() -> None:
 @needs_cuda
 def test_cuda_graph_decode_equals_eager(uv) -> None:
     prefixes = _prefixes(uv, (5, 9, 3, 6))
-    p = SamplingParams(num_beams=3, max_tokens=30)
+    p = SamplingParams(beams=3, max_tokens=30)
     eager = TorchGPT(copy.deepcopy(uv), device="cuda", settings=DecodeSettings(max_lines=4, use_graphs=False))
     graph = TorchGPT(copy.deepcopy(uv), device="cuda", settings=DecodeSettings(max_lines=4, use_graphs=True))
     a = eager.generate(prefixes, [p] * 4, [1, 2, 3, 4])

@@ -232,8 +232,8 @@ class TorchGPT:
         draws them, so the codes equal its codes for the same logits. ignore_stop (timing only): the
         stop token is never picked."""
         for p in params:
-            if p.num_beams > self.settings.max_beams:
-                raise ValueError(f"{p.num_beams} beams; this decoder was sized for {self.settings.max_beams}")
+            if p.beams > self.settings.max_beams:
+                raise ValueError(f"{p.beams} beams; this decoder was sized for {self.settings.max_beams}")
         start = self.cfg.start_mel_token if prefix_ids is None else prefix_ids[-1]
         decoders = loop.line_decoders(
             prefixes, params, seeds, vocab=self.vocab, start_mel=start, ignore_stop=ignore_stop
