@@ -23,12 +23,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from fasttts_cli.backends.protocol import StepOutput
 from fasttts_cli.indextts2 import generate_loop as loop
-from fasttts_cli.indextts2.sampling import Decoded, LineDecoder, SamplingParams
 from fasttts_cli.indextts2.sessions import Session
 
 # Trunk graph IO names (export.py writes them, the runtime feeds them).
@@ -138,12 +138,11 @@ class HostEmbeddings:
         return np.concatenate([prefix, self.mel(mel_ids, np.arange(mel_ids.size))], axis=0)
 
 
-class GPTDecoder:
-    """Drives the trunk Session: prefill, batched sampling loop, teacher-forced paths, latent pass."""
+class HostPrompts(loop.LoopMethods):
+    """What both ONNX trunk decoders share: the session and sizes, the embedded prefix as the prompt,
+    and the one loop's generate / generate_codes / forced."""
 
-    def __init__(
-        self, session: Session, emb: HostEmbeddings, *, layers: int, heads: int, chunk: int = 256
-    ) -> None:
+    def __init__(self, session: Any, emb: HostEmbeddings, *, layers: int, heads: int, chunk: int) -> None:
         self.session = session
         self.emb = emb
         self.layers = layers
@@ -152,6 +151,34 @@ class GPTDecoder:
         self.chunk = chunk  # prefill / latent pass tokens per trunk call (bounds attention memory)
         self._past = past_names(layers)
         self._present = present_names(layers)
+
+    @property
+    def vocab(self) -> int:
+        return int(self.emb.mel_embedding.shape[0])
+
+    @property
+    def max_codes(self) -> int:
+        return self.emb.max_codes
+
+    def prompt(self, spk_latents: np.ndarray, emovec: np.ndarray, text_ids: Sequence[int]) -> np.ndarray:
+        return self.prompt_for(self.emb, spk_latents, emovec, text_ids)
+
+    @staticmethod
+    def prompt_for(
+        emb: HostEmbeddings, spk_latents: np.ndarray, emovec: np.ndarray, text_ids: Sequence[int]
+    ) -> np.ndarray:
+        """`prompt` without a session: the embedded prefix."""
+        return emb.prefix(spk_latents, emovec, text_ids)
+
+
+class GPTDecoder(HostPrompts):
+    """The GPT step protocol over the classic trunk Session (past and present key/values apart), with
+    the teacher-forced latent pass; the one generate loop drives it."""
+
+    def __init__(
+        self, session: Session, emb: HostEmbeddings, *, layers: int, heads: int, chunk: int = 256
+    ) -> None:
+        super().__init__(session, emb, layers=layers, heads=heads, chunk=chunk)
         self._outputs = [LOGITS, HIDDEN, *self._present]
         self._state: _Generation | None = None
 
@@ -193,24 +220,6 @@ class GPTDecoder:
         return logits, (np.concatenate(hidden, axis=1) if keep_hidden else h), kv
 
     # ----------------------------------------------------------------------------- GPTSteps
-
-    @property
-    def vocab(self) -> int:
-        return int(self.emb.mel_embedding.shape[0])
-
-    @property
-    def max_codes(self) -> int:
-        return self.emb.max_codes
-
-    def prompt(self, spk_latents: np.ndarray, emovec: np.ndarray, text_ids: Sequence[int]) -> np.ndarray:
-        return self.prompt_for(self.emb, spk_latents, emovec, text_ids)
-
-    @staticmethod
-    def prompt_for(
-        emb: HostEmbeddings, spk_latents: np.ndarray, emovec: np.ndarray, text_ids: Sequence[int]
-    ) -> np.ndarray:
-        """`prompt` without a session: the embedded prefix (every host trunk takes it)."""
-        return emb.prefix(spk_latents, emovec, text_ids)
 
     def _prefill_inputs(self, prefixes: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """Left-padded [prefix | start token at mel position 0] for every line."""
@@ -254,19 +263,6 @@ class GPTDecoder:
 
     def end(self) -> None:
         self._state = None
-
-    def generate(self, prefixes: Sequence[np.ndarray], decoders: Sequence[LineDecoder]) -> list[Decoded]:
-        """The one generate loop (generate_loop.generate) over this trunk."""
-        return loop.generate(self, prefixes, decoders)
-
-    def generate_codes(
-        self, prefixes: Sequence[np.ndarray], params: SamplingParams, seeds: Sequence[int | None]
-    ) -> list[Decoded]:
-        return loop.generate_codes(self, prefixes, params, seeds)
-
-    def forced(self, prefix: np.ndarray, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Stage 3.5 under teacher forcing, with the KV cache (generate_loop.forced)."""
-        return loop.forced(self, prefix, codes)
 
     # ----------------------------------------------------------------------------- latent pass
 

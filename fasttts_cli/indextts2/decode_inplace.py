@@ -22,17 +22,15 @@ from collections.abc import Sequence
 import numpy as np
 
 from fasttts_cli.backends.protocol import StepOutput
-from fasttts_cli.indextts2 import generate_loop as loop
 from fasttts_cli.indextts2.decode import (
     HIDDEN,
     INPUTS_EMBEDS,
     LOGITS,
     GPTDecoder,
     HostEmbeddings,
+    HostPrompts,
     past_names,
-    present_names,
 )
-from fasttts_cli.indextts2.sampling import Decoded, LineDecoder, SamplingParams
 from fasttts_cli.indextts2.sessions import InplaceBinding
 
 # Trunk IO names of the in-place form (build/gqa_trunk.py)
@@ -127,7 +125,7 @@ def _identity(rows: int) -> np.ndarray:
     return same
 
 
-class InplaceGPTDecoder:
+class InplaceGPTDecoder(HostPrompts):
     """`GPTDecoder`'s API over the in-place trunk Session (needs `bind_inplace` and `run_bound`:
     sessions.OrtSession)."""
 
@@ -141,15 +139,8 @@ class InplaceGPTDecoder:
         chunk: int = 256,
         headroom: int = 128,
     ) -> None:
-        self.session = session
-        self.emb = emb
-        self.layers = layers
-        self.heads = heads
-        self.head_dim = emb.model_dim // heads
-        self.chunk = chunk
+        super().__init__(session, emb, layers=layers, heads=heads, chunk=chunk)
         self.headroom = headroom  # columns past the prefix reserved before the first growth
-        self._past = past_names(layers)
-        self._present = present_names(layers)
         self._kv: KVBuffers | None = None  # the generation in progress
         self._steps = 0
 
@@ -179,17 +170,6 @@ class InplaceGPTDecoder:
         return out[LOGITS], out[HIDDEN]
 
     # ----------------------------------------------------------------------------- GPTSteps
-
-    @property
-    def vocab(self) -> int:
-        return int(self.emb.mel_embedding.shape[0])
-
-    @property
-    def max_codes(self) -> int:
-        return self.emb.max_codes
-
-    def prompt(self, spk_latents: np.ndarray, emovec: np.ndarray, text_ids: Sequence[int]) -> np.ndarray:
-        return GPTDecoder.prompt_for(self.emb, spk_latents, emovec, text_ids)
 
     def prefill(
         self, prompts: Sequence[np.ndarray], rows_per_prompt: Sequence[int], max_steps: int
@@ -227,18 +207,6 @@ class InplaceGPTDecoder:
 
     def end(self) -> None:
         self._kv = None
-
-    def generate(self, prefixes: Sequence[np.ndarray], decoders: Sequence[LineDecoder]) -> list[Decoded]:
-        return loop.generate(self, prefixes, decoders)
-
-    def generate_codes(
-        self, prefixes: Sequence[np.ndarray], params: SamplingParams, seeds: Sequence[int | None]
-    ) -> list[Decoded]:
-        return loop.generate_codes(self, prefixes, params, seeds)
-
-    def forced(self, prefix: np.ndarray, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The generation path under teacher forcing for one line: (logits (n+1, V), hidden (n+1, D))."""
-        return loop.forced(self, prefix, codes)
 
     # ----------------------------------------------------------------------------- latent pass
 

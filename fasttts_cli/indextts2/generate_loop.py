@@ -125,3 +125,19 @@ def forced(gpt: GPTSteps, prompt: Any, codes: np.ndarray) -> tuple[np.ndarray, n
     finally:
         gpt.end()
     return np.stack(logits), np.stack(hidden)
+
+
+class LoopMethods:
+    """`generate` / `generate_codes` / `forced` on a GPTSteps backend itself, through the one loop (for
+    callers that hold a backend: tests, the bench, the worker client's own checks)."""
+
+    def generate(self, prompts: Sequence[Any], decoders: Sequence[LineDecoder]) -> list[Decoded]:
+        return generate(self, prompts, decoders)  # type: ignore[arg-type]
+
+    def generate_codes(
+        self, prompts: Sequence[Any], params: SamplingParams, seeds: Sequence[int | None]
+    ) -> list[Decoded]:
+        return generate_codes(self, prompts, params, seeds)  # type: ignore[arg-type]
+
+    def forced(self, prompt: Any, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return forced(self, prompt, codes)  # type: ignore[arg-type]

@@ -32,7 +32,6 @@ from fasttts_cli.build import trtllm_convert as tc
 from fasttts_cli.errors import EngineMismatchError, MissingDependencyError, SynthesisError
 from fasttts_cli.indextts2 import generate_loop as loop
 from fasttts_cli.indextts2.decode import HostEmbeddings
-from fasttts_cli.indextts2.sampling import Decoded, LineDecoder, SamplingParams
 from fasttts_cli.trtllm_worker import ENGINE_FILE, PROTOCOL, FrameError, encode_frame, read_frame
 
 TRTLLM_PYTHON_ENV = "FASTTTS_TRTLLM_PYTHON"  # same name as gpu_stack.TRTLLM_PYTHON_ENV
@@ -269,7 +268,7 @@ def _lines(prompts: Sequence[LinePrompt]) -> dict[str, np.ndarray]:
     }
 
 
-class TrtllmGPT:
+class TrtllmGPT(loop.LoopMethods):
     """The GPT step protocol (backends/protocol.GPTSteps) over the worker; `generate_loop` drives it.
 
     The worker runs TensorRT-LLM's static batch: rows never leave it. When lines finish, the loop asks
@@ -365,19 +364,6 @@ class TrtllmGPT:
         if self.worker.proc.poll() is None:
             self.worker.request("end")
         self._line_of = None
-
-    def generate(self, prompts: Sequence[LinePrompt], decoders: Sequence[LineDecoder]) -> list[Decoded]:
-        return loop.generate(self, prompts, decoders)
-
-    def generate_codes(
-        self, prompts: Sequence[LinePrompt], params: SamplingParams, seeds: Sequence[int | None]
-    ) -> list[Decoded]:
-        return loop.generate_codes(self, prompts, params, seeds)
-
-    def forced(self, prompt: LinePrompt, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The generation path under teacher forcing, as `GPTDecoder.forced`: (logits (n+1, n_mel),
-        hidden (n+1, D)); row k follows [prefix, start@0, c_0@2 .. c_{k-1}@k+1]."""
-        return loop.forced(self, prompt, codes)
 
     def latents(self, prompts: Sequence[LinePrompt], codes: Sequence[np.ndarray]) -> list[np.ndarray]:
         """The teacher-forced second pass (mel positions 0..n+1); (n_i, D) per line."""
