@@ -122,7 +122,7 @@ def _bench_batch(
     b = len(pre)
     row: dict[str, Any] = {"ms_per_token": {}, "generate_s": {}}
     for k in opts.beams:
-        p1 = SamplingParams(num_beams=k, max_tokens=1, stop_token=e.tokens.stop_mel)
+        p1 = SamplingParams(beams=k, max_tokens=1, stop_token=e.tokens.stop_mel)
         # untimed warm-up: ORT's first run of a shape allocates its arena and plans the graph
         e.generate(
             pre, replace(p1, max_tokens=3), [segment_seed_generator(i, 0) for i in range(b)], ignore_stop=True

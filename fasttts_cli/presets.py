@@ -8,6 +8,7 @@ time. Presets ship inside the installed package (`fasttts_cli/_presets`) and in 
 
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -43,6 +44,10 @@ class Limits:
 
 @dataclass(frozen=True)
 class DecodeOptions:
+    """The preset's [decode] table (field names are the file's keys) and a request's overrides of it: the
+    one decoding-settings type. The sampler takes it as is (`sampling.SamplingParams` adds only the
+    engine's stop token); defaults are the original's."""
+
     do_sample: bool = True
     beams: int = 3
     top_k: int = 30
@@ -51,6 +56,33 @@ class DecodeOptions:
     repetition_penalty: float = 10.0
     length_penalty: float = 0.0
     max_tokens: int = 1500
+
+    def validate(self) -> None:
+        """ValueError naming the first key whose value no decoder can run."""
+        if self.beams < 1:
+            raise ValueError(f"beams must be >= 1, got {self.beams}")
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if self.do_sample and self.temperature <= 0:
+            raise ValueError(f"temperature must be > 0 when sampling, got {self.temperature}")
+
+
+def coerce_value(value: Any, default: Any) -> Any:
+    """The one check and conversion of a run-time key's value (a preset file's or a request's), by the
+    type of the key's default; ValueError says what the value must be."""
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise ValueError(f"must be true or false, got {value!r}")
+        return value
+    if isinstance(default, int | float):
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise ValueError(f"must be a number, got {value!r}")
+        if isinstance(default, int) and int(value) != value:
+            raise ValueError(f"must be an integer, got {value!r}")
+        return type(default)(value)
+    if isinstance(default, str) and not isinstance(value, str):
+        raise ValueError(f"must be a string, got {value!r}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -133,16 +165,10 @@ def _section(path: Path, data: dict[str, Any], key: str, cls: type) -> Any:
     for k, v in raw.items():
         if k not in allowed:
             raise InputError(path, f"unknown key {key}.{k}", hint=f"allowed: {', '.join(allowed)}")
-        default = getattr(cls(), k)
-        if isinstance(default, bool) and not isinstance(v, bool):
-            raise InputError(path, f"{key}.{k} must be true or false, got {v!r}")
-        if isinstance(default, int | float) and not isinstance(default, bool):
-            if isinstance(v, bool) or not isinstance(v, int | float):
-                raise InputError(path, f"{key}.{k} must be a number, got {v!r}")
-            v = type(default)(v)
-        if isinstance(default, str) and not isinstance(v, str):
-            raise InputError(path, f"{key}.{k} must be a string, got {v!r}")
-        out[k] = v
+        try:
+            out[k] = coerce_value(v, getattr(cls(), k))
+        except ValueError as e:
+            raise InputError(path, f"{key}.{k} {e}") from None
     return cls(**out)
 
 
@@ -198,8 +224,10 @@ def parse_preset(path: Path) -> Preset:
             hint="an integer DiT needs rows_per_call = 1 (one line per call), or make the DiT fp32",
         )
     dec = _section(path, data, "decode", DecodeOptions)
-    if dec.beams < 1:
-        raise InputError(path, f"decode.beams must be >= 1, got {dec.beams}")
+    try:
+        dec.validate()
+    except ValueError as e:
+        raise InputError(path, f"decode.{e}") from None
     return Preset(
         name=str(data.get("name", path.stem)),
         description=str(data.get("description", "")),

@@ -153,7 +153,7 @@ def test_batched_greedy_equals_one_by_one(trunk: Trunk) -> None:
 def test_sampling_per_line_seed_independent_of_batch(trunk: Trunk, beams: int) -> None:
     d = trunk.decoder
     prefixes = _prefixes(trunk, [4, 12, 7], seed=1)
-    p = SamplingParams(num_beams=beams, max_tokens=8)
+    p = SamplingParams(beams=beams, max_tokens=8)
     seeds = [11, 22, 33]
     batch = d.generate_codes(prefixes, p, seeds)
     for i in (0, 2):
@@ -301,5 +301,5 @@ def test_decode_options_from_preset() -> None:
     from fasttts_cli.presets import load_preset
 
     p = SamplingParams.from_options(load_preset("cpu-fp32").decode)
-    assert (p.num_beams, p.top_k, p.top_p, p.temperature, p.repetition_penalty) == (3, 30, 0.8, 0.8, 10.0)
-    assert p.min_tokens_to_keep == 2 and SamplingParams(num_beams=1).min_tokens_to_keep == 1
+    assert (p.beams, p.top_k, p.top_p, p.temperature, p.repetition_penalty) == (3, 30, 0.8, 0.8, 10.0)
+    assert p.min_tokens_to_keep == 2 and SamplingParams(beams=1).min_tokens_to_keep == 1

@@ -90,7 +90,7 @@ def _prefixes(p: Pair, lens: list[int], seed: int = 0) -> list[np.ndarray]:
 def test_sampled_codes_equal_the_classic_decoder(pair: Pair, beams: int) -> None:
     prefixes = _prefixes(pair, [5, 17, 9, 2])
     params = [
-        SamplingParams(num_beams=beams, top_k=30, top_p=0.8, temperature=0.8, max_tokens=m)
+        SamplingParams(beams=beams, top_k=30, top_p=0.8, temperature=0.8, max_tokens=m)
         for m in (20, 35, 7, 28)
     ]
     want = pair.classic.generate(prefixes, [LineDecoder(q, 100 + i) for i, q in enumerate(params)])

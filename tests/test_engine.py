@@ -130,7 +130,7 @@ def test_batched_equals_one_by_one(synth: IndexTTS2Synthesizer, voice, voice_wav
 
 def test_sampled_codes_depend_only_on_the_line_seed(synth: IndexTTS2Synthesizer, voice) -> None:
     e = synth.engine
-    params = SamplingParams(num_beams=3, max_tokens=12, stop_token=e.tokens.stop_mel)
+    params = SamplingParams(beams=3, max_tokens=12, stop_token=e.tokens.stop_mel)
     texts = [[5, 6, 7], [8, 9, 10, 11, 12, 13], [14]]
     prefixes = [e.prefix(voice.state.spk_latents, voice.state.emovec, t) for t in texts]
     seeds = [3, 4, 5]

@@ -18,7 +18,7 @@ from tests.conftest_engine import *  # noqa: F403 (fixtures)
 def test_no_stop_decoder_generates_exactly_n() -> None:
     rng = np.random.default_rng(0)
     for beams in (1, 3):
-        d = NoStopDecoder(SamplingParams(num_beams=beams, max_tokens=6), 0, vocab=8194)
+        d = NoStopDecoder(SamplingParams(beams=beams, max_tokens=6), 0, vocab=8194)
         while not d.done:
             logits = rng.standard_normal((d.rows, 8194)).astype(np.float32)
             logits[:, 8193] = 50.0  # the stop token would win every draw

@@ -153,7 +153,7 @@ def test_tiny_engine_decodes(tiny_engine: Path) -> None:
         emb.prefix(rng.normal(size=(g["num_latents"], g["model_dim"])), rng.normal(size=g["model_dim"]), ids)
         for ids in ([5, 6, 7], [9, 10, 11, 12, 13, 14])
     ]
-    res = d.generate_codes(prefixes, SamplingParams(num_beams=3, max_tokens=6), [1, 2])
+    res = d.generate_codes(prefixes, SamplingParams(beams=3, max_tokens=6), [1, 2])
     for r in res:
         assert 0 < len(r.codes) <= 6 and r.codes.max() < g["start_mel_token"]
     lat = d.latents(prefixes, [r.codes for r in res])

@@ -354,7 +354,7 @@ def _greedy(path: Path, case) -> list[int]:
     from fasttts_cli.indextts2.sampling import SamplingParams
 
     d = _decoder(path)
-    params = SamplingParams(do_sample=False, num_beams=1, repetition_penalty=1.0, max_tokens=40)
+    params = SamplingParams(do_sample=False, beams=1, repetition_penalty=1.0, max_tokens=40)
     out = d.generate_codes([case["gpt_prefix_emb"][0]], params, seeds=[0])[0]
     assert len(out.codes) > 0
     return [int(c) for c in out.codes]

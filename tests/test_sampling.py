@@ -33,8 +33,8 @@ def test_parity_logits_processors(parity_case: ParityCase) -> None:
     prefix = parity_case["gpt_gen_input_ids"][0].tolist()
     codes = parity_case["gpt_forced_codes"].tolist()
     seen = history_mask([prefix + codes[:k] for k in range(logits.shape[0])], logits.shape[1])
-    beam = process_logits(logits, seen, SamplingParams(num_beams=3))
-    sample = process_logits(logits, seen, SamplingParams(num_beams=1))
+    beam = process_logits(logits, seen, SamplingParams(beams=3))
+    sample = process_logits(logits, seen, SamplingParams(beams=1))
     _check_scores(beam, parity_case["gpt_proc_beam_scores"], "beam scores")
     _check_scores(sample, parity_case["gpt_proc_sample_scores"], "sample scores")
 
@@ -42,7 +42,7 @@ def test_parity_logits_processors(parity_case: ParityCase) -> None:
 def test_repetition_penalty_sign_rule_and_prefix_ids() -> None:
     logits = np.array([[2.0, -2.0, 1.0, -1.0]], dtype=np.float32)
     seen = history_mask([[0, 1]], 4)
-    out = process_logits(logits, seen, SamplingParams(num_beams=1, do_sample=False, repetition_penalty=10))
+    out = process_logits(logits, seen, SamplingParams(beams=1, do_sample=False, repetition_penalty=10))
     np.testing.assert_allclose(out, [[0.2, -20.0, 1.0, -1.0]], rtol=1e-6)
 
 
@@ -81,7 +81,7 @@ def _run(params: SamplingParams, seed: int, steps_logits: list[np.ndarray]) -> L
 def test_sampling_deterministic_per_seed(beams: int) -> None:
     rng = np.random.default_rng(5)
     steps = [_toy_logits(rng, 3) for _ in range(12)]
-    p = SamplingParams(num_beams=beams, max_tokens=12)
+    p = SamplingParams(beams=beams, max_tokens=12)
     a = _run(p, 123, steps)
     b = _run(p, 123, steps)
     c = _run(p, 124, steps)
@@ -94,7 +94,7 @@ def test_sampling_deterministic_per_seed(beams: int) -> None:
 def test_sampling_draws_only_kept_tokens() -> None:
     rng = np.random.default_rng(0)
     lg = _toy_logits(rng, 1)
-    p = SamplingParams(num_beams=1)
+    p = SamplingParams(beams=1)
     allowed = np.isfinite(process_logits(lg, history_mask([[1, 8192]], V), p))[0]
     for seed in range(30):
         dec = LineDecoder(p, seed)
@@ -105,7 +105,7 @@ def test_sampling_draws_only_kept_tokens() -> None:
 def test_sampling_frequencies_follow_probabilities() -> None:
     lg = np.full((1, V), -30.0, dtype=np.float32)
     lg[0, [10, 20]] = [np.log(0.75), np.log(0.25)]
-    p = SamplingParams(num_beams=1, temperature=1.0, top_k=0, top_p=1.0, repetition_penalty=1.0)
+    p = SamplingParams(beams=1, temperature=1.0, top_k=0, top_p=1.0, repetition_penalty=1.0)
     rng = np.random.default_rng(9)
     n10 = sum(int(LineDecoder(p, rng).step(lg)[1][0] == 10) for _ in range(2000))
     assert abs(n10 / 2000 - 0.75) < 0.04
@@ -130,12 +130,12 @@ def test_greedy_is_argmax_with_penalty_and_stops() -> None:
 def test_beam_first_step_expands_beam_zero_only() -> None:
     rng = np.random.default_rng(1)
     lg = np.repeat(_toy_logits(rng, 1), 3, axis=0)
-    dec = LineDecoder(SamplingParams(num_beams=3), 0)
+    dec = LineDecoder(SamplingParams(beams=3), 0)
     parents, toks = dec.step(lg)
     assert parents.tolist() == [0, 0, 0]
     assert len(set(toks.tolist())) == 3
     # beam scores are the processed log-probs of the chosen tokens, sorted descending
-    proc = process_logits(lg[:1], history_mask([[1, 8192]], V), SamplingParams(num_beams=3))[0]
+    proc = process_logits(lg[:1], history_mask([[1, 8192]], V), SamplingParams(beams=3))[0]
     np.testing.assert_allclose(dec.beam_scores, proc[toks], rtol=1e-6)
     assert np.all(np.diff(dec.beam_scores) <= 0)
 
@@ -143,7 +143,7 @@ def test_beam_first_step_expands_beam_zero_only() -> None:
 def test_beam_bookkeeping_parents_and_tokens() -> None:
     """Deterministic beam search (no sampling) against a brute-force reference on a tiny tree."""
     rng = np.random.default_rng(3)
-    params = SamplingParams(num_beams=3, do_sample=False, repetition_penalty=1.0, max_tokens=4)
+    params = SamplingParams(beams=3, do_sample=False, repetition_penalty=1.0, max_tokens=4)
     table = rng.normal(size=(5, V)).astype(np.float32)
     table[:, EOS] = -50
 
@@ -179,7 +179,7 @@ def test_beam_bookkeeping_parents_and_tokens() -> None:
 
 def test_beam_stop_finishes_hypotheses_and_early_stop() -> None:
     """Once 3 hypotheses ended in the stop token and none running can beat them, the line is done."""
-    params = SamplingParams(num_beams=3, do_sample=False, repetition_penalty=1.0, max_tokens=50)
+    params = SamplingParams(beams=3, do_sample=False, repetition_penalty=1.0, max_tokens=50)
     base = np.full(V, -20.0, dtype=np.float32)
     base[[100, 101, 102, 103]] = [0.0, -0.1, -0.2, -0.3]
     stop = base.copy()
@@ -201,7 +201,7 @@ def test_beam_stop_finishes_hypotheses_and_early_stop() -> None:
 def test_beam_sampling_deterministic_and_seed_dependent() -> None:
     rng = np.random.default_rng(11)
     steps = [np.repeat(_toy_logits(rng, 1), 3, axis=0) for _ in range(8)]
-    p = SamplingParams(num_beams=3, max_tokens=8)
+    p = SamplingParams(beams=3, max_tokens=8)
     outs = {s: _run(p, s, steps).result().codes.tolist() for s in (1, 1, 2, 3)}
     assert len(outs) == 3
     assert _run(p, 1, steps).result().codes.tolist() == outs[1]

@@ -152,7 +152,7 @@ def test_gpt_decoder_runs_unchanged_on_device_kv(tmp_path: Path, beams: int) -> 
     ]
     params = SamplingParams(
         do_sample=True,
-        num_beams=beams,
+        beams=beams,
         top_k=5,
         top_p=0.9,
         temperature=1.0,
@@ -186,7 +186,7 @@ def test_cuda_provider_matches_cpu(tmp_path: Path) -> None:  # pragma: no cover 
     path = _toy_trunk(tmp_path / "t.onnx")
     emb = _emb()
     prefixes = [np.ones((6, D), np.float32)]
-    params = SamplingParams(do_sample=False, num_beams=1, max_tokens=8)
+    params = SamplingParams(do_sample=False, beams=1, max_tokens=8)
     ref = dec.GPTDecoder(OrtSession(path), emb, layers=1, heads=H).generate_codes(prefixes, params, [0])
     got = dec.GPTDecoder(CudaOrtSession(path), emb, layers=1, heads=H).generate_codes(prefixes, params, [0])
     np.testing.assert_array_equal(ref[0].codes, got[0].codes)

@@ -21,13 +21,7 @@ from fasttts_cli.torch_backend.s2mel_torch import (  # noqa: E402
     TorchVocoder,
     half_with_fp32_norms,
 )
-from fasttts_cli.torch_backend.sampling_torch import (  # noqa: E402
-    BatchSampler,
-    DeviceNoise,
-    RowParams,
-    hash_uniform,
-    process_scores,
-)
+from fasttts_cli.torch_backend.sampling_torch import RowParams, process_scores  # noqa: E402
 from fasttts_cli.torch_backend.static_cache import StaticKVCache, trunk_cached, trunk_full  # noqa: E402
 
 CUDA = torch.cuda.is_available()
@@ -158,10 +152,10 @@ def test_process_scores_equal_numpy(beams: int, do_sample: bool) -> None:
     hist = [[1, 8192, 5, 9], [1, 8192], [1, 8192, 3, *range(100, 140)], [1, 8192, 7]]
     seen = history_mask(hist, V)
     params = [
-        SamplingParams(num_beams=beams, do_sample=do_sample),
-        SamplingParams(num_beams=beams, do_sample=do_sample, top_k=5, top_p=0.95, temperature=1.3),
-        SamplingParams(num_beams=beams, do_sample=do_sample, top_k=0, top_p=1.0, repetition_penalty=1.0),
-        SamplingParams(num_beams=beams, do_sample=do_sample, top_k=1, top_p=0.2, repetition_penalty=2.0),
+        SamplingParams(beams=beams, do_sample=do_sample),
+        SamplingParams(beams=beams, do_sample=do_sample, top_k=5, top_p=0.95, temperature=1.3),
+        SamplingParams(beams=beams, do_sample=do_sample, top_k=0, top_p=1.0, repetition_penalty=1.0),
+        SamplingParams(beams=beams, do_sample=do_sample, top_k=1, top_p=0.2, repetition_penalty=2.0),
     ]
     rp = RowParams.build(params, 1, "cpu")
     got = process_scores(
@@ -175,30 +169,6 @@ def test_process_scores_equal_numpy(beams: int, do_sample: bool) -> None:
     assert np.isfinite(got).sum(axis=1)[3] == (2 if beams > 1 and do_sample else (1 if do_sample else V))
 
 
-def test_hash_uniform_properties() -> None:
-    seeds = torch.tensor([0, 1, 2**40 + 7])
-    u = hash_uniform(seeds, 3, 50000)
-    assert u.dtype == torch.float64 and bool((u > 0).all()) and bool((u < 1).all())
-    assert abs(float(u.mean()) - 0.5) < 0.01 and abs(float(u.var()) - 1 / 12) < 0.005
-    assert torch.equal(u[1:2], hash_uniform(seeds[1:2], 3, 50000))  # a row depends only on its seed
-    assert not torch.equal(u[0], hash_uniform(seeds[:1], 4, 50000)[0])  # and on the step
-    assert not torch.equal(u[0], u[1])
-    assert torch.equal(u, hash_uniform(seeds, torch.tensor(3), 50000))  # a device step gives the same
-    e = -torch.log(u)
-    assert abs(float(e.mean()) - 1.0) < 0.02
-
-
-def test_device_noise_sampling_follows_probabilities() -> None:
-    # one row, 4 tokens with known probabilities; 4000 lines x 1 step == 4000 independent draws
-    probs = np.array([0.1, 0.2, 0.3, 0.4])
-    logits = torch.tensor(np.log(probs), dtype=torch.float32).expand(4000, 4).clone()
-    p = SamplingParams(num_beams=1, top_k=0, top_p=1.0, temperature=1.0, repetition_penalty=1.0, stop_token=3)
-    s = BatchSampler([p] * 4000, DeviceNoise(range(4000), "cpu"), vocab=4, device="cpu", prefix_ids=())
-    out = s.step(logits)
-    freq = np.bincount(out.tokens.numpy(), minlength=4) / 4000
-    np.testing.assert_allclose(freq, probs, atol=0.03)
-
-
 # ------------------------------------------------------------------------------------ decoding
 
 
@@ -210,18 +180,18 @@ def _numpy_reference(uv, prefixes, params, seeds):
 
 
 @pytest.mark.parametrize(("beams", "do_sample"), [(1, True), (1, False), (3, True), (3, False)])
-def test_generate_numpy_noise_equals_numpy_runtime(uv, beams: int, do_sample: bool) -> None:
+def test_generate_equals_numpy_runtime(uv, beams: int, do_sample: bool) -> None:
     prefixes = _prefixes(uv, (5, 9, 3, 4))
     params = [
-        SamplingParams(num_beams=beams, do_sample=do_sample, max_tokens=25),
-        SamplingParams(num_beams=beams, do_sample=do_sample, max_tokens=25, top_k=8, temperature=1.1),
-        SamplingParams(num_beams=beams, do_sample=do_sample, max_tokens=12),
-        SamplingParams(num_beams=beams, do_sample=do_sample, max_tokens=2),
+        SamplingParams(beams=beams, do_sample=do_sample, max_tokens=25),
+        SamplingParams(beams=beams, do_sample=do_sample, max_tokens=25, top_k=8, temperature=1.1),
+        SamplingParams(beams=beams, do_sample=do_sample, max_tokens=12),
+        SamplingParams(beams=beams, do_sample=do_sample, max_tokens=2),
     ]
     seeds = [11, 12, 13, 14]
     want = _numpy_reference(uv, prefixes, params, seeds)
-    tg = TorchGPT(copy.deepcopy(uv), settings=DecodeSettings(max_lines=4, sync_every=3))
-    got = tg.generate(prefixes, params, [np.random.default_rng(s) for s in seeds], noise="numpy")
+    tg = TorchGPT(copy.deepcopy(uv), settings=DecodeSettings(max_lines=4))
+    got = tg.generate(prefixes, params, [np.random.default_rng(s) for s in seeds])
     for w, g in zip(want, got, strict=True):
         assert np.array_equal(w.codes, g.codes)
         assert w.stopped == g.stopped
@@ -230,11 +200,11 @@ def test_generate_numpy_noise_equals_numpy_runtime(uv, beams: int, do_sample: bo
     assert {w.stopped for w in want} == {True, False}  # both endings exercised: stop token, max_tokens
 
 
-def test_generate_device_noise_batch_equals_single_and_seeds_matter(uv) -> None:
+def test_generate_batch_equals_single_and_seeds_matter(uv) -> None:
     prefixes = _prefixes(uv, (5, 9, 3, 6))
-    tg = TorchGPT(copy.deepcopy(uv), settings=DecodeSettings(max_lines=4, sync_every=4))
+    tg = TorchGPT(copy.deepcopy(uv), settings=DecodeSettings(max_lines=4))
     for beams in (1, 3):
-        p = SamplingParams(num_beams=beams, max_tokens=20, temperature=1.5, top_k=50, top_p=0.95)
+        p = SamplingParams(beams=beams, max_tokens=20, temperature=1.5, top_k=50, top_p=0.95)
         batch = tg.generate(prefixes, [p] * 4, [7, 8, 9, 10])
         for i in (0, 2):
             single = tg.generate([prefixes[i]], [p], [7 + i])[0]
@@ -246,11 +216,11 @@ def test_generate_device_noise_batch_equals_single_and_seeds_matter(uv) -> None:
 
 
 def test_generate_ignore_stop_forces_length_and_mixed_groups(uv) -> None:
-    tg = TorchGPT(copy.deepcopy(uv), settings=DecodeSettings(max_lines=2, sync_every=5))
+    tg = TorchGPT(copy.deepcopy(uv), settings=DecodeSettings(max_lines=2))
     params = [
-        SamplingParams(num_beams=1, max_tokens=17),
-        SamplingParams(num_beams=3, max_tokens=9),
-        SamplingParams(num_beams=1, max_tokens=11, do_sample=False),
+        SamplingParams(beams=1, max_tokens=17),
+        SamplingParams(beams=3, max_tokens=9),
+        SamplingParams(beams=1, max_tokens=11, do_sample=False),
     ]
     out = tg.generate(_prefixes(uv), params, [1, 2, 3], ignore_stop=True)
     assert [len(o.codes) for o in out] == [17, 9, 11]
@@ -412,7 +382,7 @@ def test_presets_and_precision_mapping() -> None:
 @needs_cuda
 def test_cuda_graph_decode_equals_eager(uv) -> None:
     prefixes = _prefixes(uv, (5, 9, 3, 6))
-    p = SamplingParams(num_beams=3, max_tokens=30)
+    p = SamplingParams(beams=3, max_tokens=30)
     eager = TorchGPT(copy.deepcopy(uv), device="cuda", settings=DecodeSettings(max_lines=4, use_graphs=False))
     graph = TorchGPT(copy.deepcopy(uv), device="cuda", settings=DecodeSettings(max_lines=4, use_graphs=True))
     a = eager.generate(prefixes, [p] * 4, [1, 2, 3, 4])

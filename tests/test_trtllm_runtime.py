@@ -181,7 +181,7 @@ def test_greedy_codes_equal_onnx_with_ragged_lines(setup: Setup) -> None:
 
 def test_sampled_codes_with_per_line_seeds_equal_onnx(setup: Setup) -> None:
     prefixes, prompts = _lines(setup, [5, 9], seed=4)
-    params = SamplingParams(num_beams=1, max_tokens=14)
+    params = SamplingParams(beams=1, max_tokens=14)
     want = setup.onnx.generate_codes(prefixes, params, [11, 12])
     got = setup.gpt.generate_codes(prompts, params, [11, 12])
     for g, w in zip(got, want, strict=True):
@@ -194,8 +194,8 @@ def test_sampled_codes_with_per_line_seeds_equal_onnx(setup: Setup) -> None:
 def test_three_beams_equal_onnx(setup: Setup) -> None:
     """The original's beam sampling (3 beams): rows reorder by parent inside each line."""
     prefixes, prompts = _lines(setup, [6, 4], seed=5)
-    params = SamplingParams(max_tokens=10)  # num_beams 3, sampling
-    assert params.num_beams == 3
+    params = SamplingParams(max_tokens=10)  # beams 3, sampling
+    assert params.beams == 3
     want = setup.onnx.generate_codes(prefixes, params, [21, 22])
     got = setup.gpt.generate_codes(prompts, params, [21, 22])
     for g, w in zip(got, want, strict=True):

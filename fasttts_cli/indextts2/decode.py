@@ -23,10 +23,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from fasttts_cli.indextts2.sampling import Decoded, LineDecoder, SamplingParams
+from fasttts_cli.backends.protocol import StepOutput
+from fasttts_cli.indextts2 import generate_loop as loop
 from fasttts_cli.indextts2.sessions import Session
 
 # Trunk graph IO names (export.py writes them, the runtime feeds them).
@@ -136,12 +138,11 @@ class HostEmbeddings:
         return np.concatenate([prefix, self.mel(mel_ids, np.arange(mel_ids.size))], axis=0)
 
 
-class GPTDecoder:
-    """Drives the trunk Session: prefill, batched sampling loop, teacher-forced paths, latent pass."""
+class HostPrompts(loop.LoopMethods):
+    """What both ONNX trunk decoders share: the session and sizes, the embedded prefix as the prompt,
+    and the one loop's generate / generate_codes / forced."""
 
-    def __init__(
-        self, session: Session, emb: HostEmbeddings, *, layers: int, heads: int, chunk: int = 256
-    ) -> None:
+    def __init__(self, session: Any, emb: HostEmbeddings, *, layers: int, heads: int, chunk: int) -> None:
         self.session = session
         self.emb = emb
         self.layers = layers
@@ -150,7 +151,36 @@ class GPTDecoder:
         self.chunk = chunk  # prefill / latent pass tokens per trunk call (bounds attention memory)
         self._past = past_names(layers)
         self._present = present_names(layers)
+
+    @property
+    def vocab(self) -> int:
+        return int(self.emb.mel_embedding.shape[0])
+
+    @property
+    def max_codes(self) -> int:
+        return self.emb.max_codes
+
+    def prompt(self, spk_latents: np.ndarray, emovec: np.ndarray, text_ids: Sequence[int]) -> np.ndarray:
+        return self.prompt_for(self.emb, spk_latents, emovec, text_ids)
+
+    @staticmethod
+    def prompt_for(
+        emb: HostEmbeddings, spk_latents: np.ndarray, emovec: np.ndarray, text_ids: Sequence[int]
+    ) -> np.ndarray:
+        """`prompt` without a session: the embedded prefix."""
+        return emb.prefix(spk_latents, emovec, text_ids)
+
+
+class GPTDecoder(HostPrompts):
+    """The GPT step protocol over the classic trunk Session (past and present key/values apart), with
+    the teacher-forced latent pass; the one generate loop drives it."""
+
+    def __init__(
+        self, session: Session, emb: HostEmbeddings, *, layers: int, heads: int, chunk: int = 256
+    ) -> None:
+        super().__init__(session, emb, layers=layers, heads=heads, chunk=chunk)
         self._outputs = [LOGITS, HIDDEN, *self._present]
+        self._state: _Generation | None = None
 
     # ----------------------------------------------------------------------------- trunk
 
@@ -174,21 +204,22 @@ class GPTDecoder:
 
     def forward(
         self, x: np.ndarray, mask: np.ndarray, kv: KV | None = None, *, keep_hidden: bool = False
-    ) -> tuple[np.ndarray, np.ndarray | None, KV]:
-        """`trunk` over any number of new tokens, in chunks of `self.chunk` (same result, less memory)."""
+    ) -> tuple[np.ndarray, np.ndarray, KV]:
+        """`trunk` over any number of new tokens, in chunks of `self.chunk` (same result, less memory).
+        Returns the hidden states of every new token with `keep_hidden`, else of the last chunk's."""
         t = x.shape[1]
         past = 0 if kv is None else kv[0].shape[2]
         hidden = []
-        logits = None
+        logits = h = None
         for s in range(0, t, self.chunk):
             e = min(t, s + self.chunk)
             logits, h, kv = self.trunk(x[:, s:e], mask[:, : past + e], kv)
             if keep_hidden:
                 hidden.append(h)
-        assert logits is not None and kv is not None
-        return logits, (np.concatenate(hidden, axis=1) if keep_hidden else None), kv
+        assert logits is not None and h is not None and kv is not None
+        return logits, (np.concatenate(hidden, axis=1) if keep_hidden else h), kv
 
-    # ----------------------------------------------------------------------------- generation
+    # ----------------------------------------------------------------------------- GPTSteps
 
     def _prefill_inputs(self, prefixes: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """Left-padded [prefix | start token at mel position 0] for every line."""
@@ -203,53 +234,35 @@ class GPTDecoder:
             mask[i, pmax - p.shape[0] :] = 1
         return x, mask
 
-    def generate(self, prefixes: Sequence[np.ndarray], decoders: Sequence[LineDecoder]) -> list[Decoded]:
-        """Sample codes for every line at once. prefixes[i] (P_i, D); decoders[i] holds the line's params
-        and generator (its `rows` = beams). Returns one Decoded per line (codes without the stop token)."""
-        if len(prefixes) != len(decoders):
-            raise ValueError("one decoder per prefix")
-        if not prefixes:
-            return []
-        lines = LineRows(decoders, self.emb.max_codes)
-        x, mask = self._prefill_inputs(prefixes)
-        logits, _, kv = self.forward(x, mask)
-        # Every beam of a line starts from the same prefill row.
-        src = lines.src
-        kv = [a[src] for a in kv] if len(src) != len(prefixes) else kv
-        mask, logits = mask[src], logits[src]
-        step = 0
-        while (nxt := lines.step(logits)) is not None:
-            idx, tok = nxt
-            left = idx.size < mask.shape[0]
-            kv, mask = _reorder(kv, mask, idx)
-            if left:
-                kv, mask = _trim_left_padding(kv, mask)
-            # the code generated at `step` is fed at mel position step + 2 (the original's quirk)
-            x = self.emb.mel(tok, np.full(tok.shape, step + 2))[:, None, :]
-            mask = np.concatenate([mask, np.ones((mask.shape[0], 1), dtype=np.int64)], axis=1)
-            logits, _, kv = self.trunk(x, mask, kv)
-            step += 1
-        return [d.result() for d in decoders]
+    def prefill(
+        self, prompts: Sequence[np.ndarray], rows_per_prompt: Sequence[int], max_steps: int
+    ) -> StepOutput:
+        x, mask = self._prefill_inputs(prompts)
+        logits, hidden, kv = self.forward(x, mask)
+        hidden = hidden[:, -1]
+        src = np.repeat(np.arange(len(prompts)), rows_per_prompt)
+        if len(src) != len(prompts):  # every row of a line starts from the line's prefill row
+            kv, mask, logits, hidden = [a[src] for a in kv], mask[src], logits[src], hidden[src]
+        self._state = _Generation(kv, mask)
+        return StepOutput(logits, hidden)
 
-    def generate_codes(
-        self, prefixes: Sequence[np.ndarray], params: SamplingParams, seeds: Sequence[int | None]
-    ) -> list[Decoded]:
-        """Convenience: one LineDecoder per line from `params` and a per-line seed."""
-        return self.generate(prefixes, [LineDecoder(params, s) for s in seeds])
+    def step(self, parents: np.ndarray, tokens: np.ndarray) -> StepOutput:
+        g = self._state
+        if g is None:
+            raise RuntimeError("step() without a prefill")
+        left = parents.size < g.mask.shape[0]
+        kv, mask = _reorder(g.kv, g.mask, parents)
+        if left:
+            kv, mask = _trim_left_padding(kv, mask)
+        # the code generated at step k is fed at mel position k + 2 (the original's quirk)
+        x = self.emb.mel(tokens, np.full(tokens.shape, g.steps + 2))[:, None, :]
+        mask = np.concatenate([mask, np.ones((mask.shape[0], 1), dtype=np.int64)], axis=1)
+        logits, hidden, kv = self.trunk(x, mask, kv)
+        g.kv, g.mask, g.steps = kv, mask, g.steps + 1
+        return StepOutput(logits, hidden[:, -1])
 
-    def forced(self, prefix: np.ndarray, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The generation path under teacher forcing (stage 3.5) for one line, with the KV cache:
-        returns (logits (n+1, V), hidden (n+1, D)); row k follows [prefix, start@0, c_0@2 .. c_{k-1}@k+1]."""
-        x, mask = self._prefill_inputs([prefix])
-        logits, hidden, kv = self.forward(x, mask, keep_hidden=True)
-        assert hidden is not None
-        all_logits, all_hidden = [logits[0]], [hidden[0, -1]]
-        for k, c in enumerate(np.asarray(codes, dtype=np.int64)):
-            mask = np.concatenate([mask, np.ones((1, 1), dtype=np.int64)], axis=1)
-            logits, h, kv = self.trunk(self.emb.mel(np.array([c]), np.array([k + 2]))[None], mask, kv)
-            all_logits.append(logits[0])
-            all_hidden.append(h[0, -1])
-        return np.stack(all_logits), np.stack(all_hidden)
+    def end(self) -> None:
+        self._state = None
 
     # ----------------------------------------------------------------------------- latent pass
 
@@ -265,7 +278,6 @@ class GPTDecoder:
             x[i, tmax - s.shape[0] :] = s
             mask[i, tmax - s.shape[0] :] = 1
         _, hidden, _ = self.forward(x, mask, keep_hidden=True)
-        assert hidden is not None
         out = []
         for i, c in enumerate(codes):
             n = int(np.asarray(c).size)
@@ -273,40 +285,13 @@ class GPTDecoder:
         return out
 
 
-class LineRows:
-    """The batch rows of each line while lines finish (both decoders): a line's beams sit in consecutive
-    rows, each line samples from its own rows with its own LineDecoder, and a finished line's rows leave."""
+@dataclass
+class _Generation:
+    """The cache of the generation in progress: kv past (rows, heads, S, head_dim) and its mask."""
 
-    def __init__(self, decoders: Sequence[LineDecoder], max_codes: int) -> None:
-        for dec in decoders:
-            if dec.params.max_tokens > max_codes:
-                raise ValueError(
-                    f"max_tokens {dec.params.max_tokens} exceeds the {max_codes} mel positions of this engine"
-                )
-        self.decoders = decoders
-        rows = [d.rows for d in decoders]
-        self.src = np.repeat(np.arange(len(decoders)), rows)  # the prefill row of every beam row
-        self.offsets = np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64)
-        self.active = list(range(len(decoders)))
-
-    def step(self, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-        """Every active line samples from its rows of `logits` (rows, V). Returns (idx, tokens) for the
-        next step: row r continues old row idx[r] and is fed tokens[r]; None once every line is done."""
-        index, tokens, still = [], [], []
-        row = 0
-        for li in self.active:
-            dec, o = self.decoders[li], self.offsets[li]
-            parents, toks = dec.step(logits[o : o + dec.rows])
-            if not dec.done:
-                index.append(o + parents)
-                tokens.append(toks)
-                still.append(li)
-                self.offsets[li] = row
-                row += dec.rows
-        self.active = still
-        if not still:
-            return None
-        return np.concatenate(index), np.concatenate(tokens)
+    kv: KV
+    mask: np.ndarray
+    steps: int = 0
 
 
 def _reorder(kv: KV, mask: np.ndarray, idx: np.ndarray) -> tuple[KV, np.ndarray]:

@@ -21,17 +21,16 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from fasttts_cli.backends.protocol import StepOutput
 from fasttts_cli.indextts2.decode import (
     HIDDEN,
     INPUTS_EMBEDS,
     LOGITS,
     GPTDecoder,
     HostEmbeddings,
-    LineRows,
+    HostPrompts,
     past_names,
-    present_names,
 )
-from fasttts_cli.indextts2.sampling import Decoded, LineDecoder, SamplingParams
 from fasttts_cli.indextts2.sessions import InplaceBinding
 
 # Trunk IO names of the in-place form (build/gqa_trunk.py)
@@ -126,7 +125,7 @@ def _identity(rows: int) -> np.ndarray:
     return same
 
 
-class InplaceGPTDecoder:
+class InplaceGPTDecoder(HostPrompts):
     """`GPTDecoder`'s API over the in-place trunk Session (needs `bind_inplace` and `run_bound`:
     sessions.OrtSession)."""
 
@@ -140,15 +139,10 @@ class InplaceGPTDecoder:
         chunk: int = 256,
         headroom: int = 128,
     ) -> None:
-        self.session = session
-        self.emb = emb
-        self.layers = layers
-        self.heads = heads
-        self.head_dim = emb.model_dim // heads
-        self.chunk = chunk
+        super().__init__(session, emb, layers=layers, heads=heads, chunk=chunk)
         self.headroom = headroom  # columns past the prefix reserved before the first growth
-        self._past = past_names(layers)
-        self._present = present_names(layers)
+        self._kv: KVBuffers | None = None  # the generation in progress
+        self._steps = 0
 
     # ----------------------------------------------------------------------------- trunk
 
@@ -175,63 +169,44 @@ class InplaceGPTDecoder:
         kv.wrote(total)
         return out[LOGITS], out[HIDDEN]
 
-    def _prefill(self, prefixes: Sequence[np.ndarray]) -> tuple[np.ndarray, KVBuffers]:
-        """[prefix | start token at mel position 0] per line, right-padded: (logits (n, V), cache)."""
-        n, d = len(prefixes), self.emb.model_dim
-        lens = np.array([p.shape[0] + 1 for p in prefixes], np.int64)
+    # ----------------------------------------------------------------------------- GPTSteps
+
+    def prefill(
+        self, prompts: Sequence[np.ndarray], rows_per_prompt: Sequence[int], max_steps: int
+    ) -> StepOutput:
+        """[prefix | start token at mel position 0] per line, right-padded, each row at position 0."""
+        n, d = len(prompts), self.emb.model_dim
+        lens = np.array([p.shape[0] + 1 for p in prompts], np.int64)
         s = int(lens.max())
         x = np.zeros((n, s, d), np.float32)
         start = self.emb.mel(np.array([self.emb.tokens.start_mel]), np.array([0]))[0]
-        for i, p in enumerate(prefixes):
+        for i, p in enumerate(prompts):
             x[i, : p.shape[0]] = p
             x[i, p.shape[0]] = start
         kv = KVBuffers(n, self.layers, self.heads, self.head_dim, s + self.headroom)
-        logits, _ = self.trunk(x, kv, lens, lens - 1)
-        return logits, kv
+        logits, hidden = self.trunk(x, kv, lens, lens - 1)
+        hidden = hidden[np.arange(n), lens - 1]
+        src = np.repeat(np.arange(n), rows_per_prompt)
+        if src.size != n:  # every row of a line starts from the line's prefill row
+            kv.select(src)
+            logits, hidden = logits[src], hidden[src]
+        self._kv, self._steps = kv, 0
+        return StepOutput(logits, hidden)
 
-    # ----------------------------------------------------------------------------- generation
+    def step(self, parents: np.ndarray, tokens: np.ndarray) -> StepOutput:
+        kv = self._kv
+        if kv is None:
+            raise RuntimeError("step() without a prefill")
+        kv.select(parents)
+        # the code generated at step k is fed at mel position k + 2 (the original's quirk)
+        x = self.emb.mel(tokens, np.full(tokens.shape, self._steps + 2))[:, None, :]
+        ones = np.ones(tokens.size, np.int64)
+        logits, hidden = self.trunk(x, kv, ones, 0 * ones)
+        self._steps += 1
+        return StepOutput(logits, hidden[:, 0])
 
-    def generate(self, prefixes: Sequence[np.ndarray], decoders: Sequence[LineDecoder]) -> list[Decoded]:
-        if len(prefixes) != len(decoders):
-            raise ValueError("one decoder per prefix")
-        if not prefixes:
-            return []
-        lines = LineRows(decoders, self.emb.max_codes)
-        logits, kv = self._prefill(prefixes)
-        if lines.src.size != len(prefixes):  # every beam of a line starts from the line's prefill row
-            kv.select(lines.src)
-            logits = logits[lines.src]
-        step = 0
-        while (nxt := lines.step(logits)) is not None:
-            idx, tok = nxt
-            kv.select(idx)
-            # the code generated at `step` is fed at mel position step + 2 (the original's quirk)
-            x = self.emb.mel(tok, np.full(tok.shape, step + 2))[:, None, :]
-            ones = np.ones(tok.size, np.int64)
-            logits, _ = self.trunk(x, kv, ones, 0 * ones)
-            step += 1
-        return [d.result() for d in decoders]
-
-    def generate_codes(
-        self, prefixes: Sequence[np.ndarray], params: SamplingParams, seeds: Sequence[int | None]
-    ) -> list[Decoded]:
-        return self.generate(prefixes, [LineDecoder(params, s) for s in seeds])
-
-    def forced(self, prefix: np.ndarray, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The generation path under teacher forcing for one line: (logits (n+1, V), hidden (n+1, D))."""
-        n0 = prefix.shape[0] + 1
-        x = np.concatenate(
-            [prefix, self.emb.mel(np.array([self.emb.tokens.start_mel]), np.array([0]))], axis=0
-        )[None]
-        kv = KVBuffers(1, self.layers, self.heads, self.head_dim, n0 + self.headroom)
-        logits, hidden = self.trunk(x, kv, np.array([n0]), np.array([n0 - 1]))
-        all_logits, all_hidden = [logits[0]], [hidden[0, -1]]
-        one = np.ones(1, np.int64)
-        for k, c in enumerate(np.asarray(codes, dtype=np.int64)):
-            logits, h = self.trunk(self.emb.mel(np.array([c]), np.array([k + 2]))[None], kv, one, 0 * one)
-            all_logits.append(logits[0])
-            all_hidden.append(h[0, -1])
-        return np.stack(all_logits), np.stack(all_hidden)
+    def end(self) -> None:
+        self._kv = None
 
     # ----------------------------------------------------------------------------- latent pass
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from fasttts_cli.backends.protocol import GPTSteps
 from fasttts_cli.backends.stages import StageTimes
 from fasttts_cli.engine_folder import Manifest, read_manifest
 from fasttts_cli.errors import EngineMismatchError
@@ -29,6 +30,7 @@ from fasttts_cli.indextts2 import cfm as cfm_stage
 from fasttts_cli.indextts2 import decode as dec
 from fasttts_cli.indextts2 import emotion as emo
 from fasttts_cli.indextts2 import features as feat
+from fasttts_cli.indextts2 import generate_loop
 from fasttts_cli.indextts2.components import (
     CODEC_VQ2EMB,
     DIT_CFG_STEP,
@@ -44,8 +46,9 @@ from fasttts_cli.indextts2.components import (
 )
 from fasttts_cli.indextts2.decode_inplace import InplaceGPTDecoder, decoder_for
 from fasttts_cli.indextts2.folder_sessions import FolderSessions
+from fasttts_cli.indextts2.generate_loop import NoStopDecoder, line_decoders
 from fasttts_cli.indextts2.gpt_trtllm import GPT_TRTLLM, LinePrompt, TrtllmGPT, worker_dir
-from fasttts_cli.indextts2.sampling import Decoded, LineDecoder, SamplingParams
+from fasttts_cli.indextts2.sampling import Decoded, SamplingParams
 from fasttts_cli.indextts2.sessions import Session, SessionOptions
 from fasttts_cli.indextts2.voice import SpeakerFeatures, VoiceConditioning, VoiceFlow
 from fasttts_cli.indextts2.voice_sessions import SessionVoiceStages
@@ -66,31 +69,25 @@ class CFMInputs:
     style: np.ndarray  # (B, style_dim)
 
 
-class NoStopDecoder(LineDecoder):
-    """A LineDecoder that never picks the stop token: with max_tokens N it generates exactly N codes.
-    For timing (bench `--tokens N`), never for real synthesis."""
-
-    def step(self, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        logits = np.array(logits, dtype=np.float32, copy=True)
-        logits[:, self.params.stop_token] = -np.inf
-        return super().step(logits)
-
-
 # A line's GPT input as `IndexTTS2Engine.prefix` makes it: the embedded prefix for the ONNX trunk, or
 # the conditioning rows + text ids for the TensorRT-LLM worker.
 GPTPrompt = np.ndarray | LinePrompt
 
 
-def _prompts(prefixes: Sequence[GPTPrompt]) -> list[LinePrompt]:
-    if not all(isinstance(p, LinePrompt) for p in prefixes):
-        raise TypeError("this engine's GPT runs on TensorRT-LLM: pass prompts made by its own prefix()")
-    return list(prefixes)  # type: ignore[arg-type]
+def _gpt_kind(manifest: Manifest) -> type[dec.GPTDecoder] | type[TrtllmGPT]:
+    """The GPT step backend an engine folder's manifest names: the TensorRT-LLM worker when the folder
+    has that component, else the ONNX trunk (decode_inplace.decoder_for picks its form)."""
+    return TrtllmGPT if GPT_TRTLLM in manifest.components else dec.GPTDecoder
 
 
-def _arrays(prefixes: Sequence[GPTPrompt]) -> list[np.ndarray]:
-    if any(isinstance(p, LinePrompt) for p in prefixes):
-        raise TypeError("this engine's GPT runs on ONNX: pass prefixes made by its own prefix()")
-    return list(prefixes)  # type: ignore[arg-type]
+def _own_prompts(gpt: GPTSteps, prefixes: Sequence[GPTPrompt]) -> list[GPTPrompt]:
+    """The prompts, refused unless of the kind this engine's GPT makes (its own prefix())."""
+    want = LinePrompt if isinstance(gpt, TrtllmGPT) else np.ndarray
+    if not all(isinstance(p, want) for p in prefixes):
+        raise TypeError(
+            f"this engine's GPT takes {want.__name__} prompts: pass the ones its own prefix() made"
+        )
+    return list(prefixes)
 
 
 def _pad_stack(rows: Sequence[np.ndarray], axis: int = 0, value: float = 0.0) -> np.ndarray:
@@ -185,11 +182,16 @@ class IndexTTS2Engine(VoiceFlow, SessionVoiceStages):
         return self._emb
 
     @property
-    def decoder(self) -> dec.GPTDecoder | InplaceGPTDecoder:
+    def decoder(self) -> GPTSteps:
+        """The GPT step backend the generate loop drives, picked once from the manifest: the worker on
+        TensorRT-LLM when the folder has that component, else the ONNX trunk (in place when it can)."""
         if self._decoder is None:
-            self._decoder = decoder_for(
-                self.session(GPT_TRUNK), self.embeddings, layers=self.layers, heads=self.heads
-            )
+            if _gpt_kind(self.manifest) is TrtllmGPT:
+                self._decoder = self.trtllm
+            else:
+                self._decoder = decoder_for(
+                    self.session(GPT_TRUNK), self.embeddings, layers=self.layers, heads=self.heads
+                )
         return self._decoder
 
     @property
@@ -197,7 +199,7 @@ class IndexTTS2Engine(VoiceFlow, SessionVoiceStages):
         """The GPT on TensorRT-LLM: a worker process over the folder's `gpt_trtllm/` (gpt_trtllm.py)."""
         if self._trtllm is None:
             path, backend = worker_dir(self.folder / self.manifest.components[GPT_TRTLLM].file)
-            self._trtllm = TrtllmGPT(path, backend=backend)
+            self._trtllm = TrtllmGPT(path, backend=backend, emb=self.embeddings)
             lay = self._trtllm.layout
             n_latents = int(self.manifest.config["gpt"]["num_latents"])
             want = (self.embeddings.mel_embedding.shape[0], n_latents + 2)
@@ -230,14 +232,10 @@ class IndexTTS2Engine(VoiceFlow, SessionVoiceStages):
             self._trtllm = None
 
     def prefix(self, spk_latents: np.ndarray, emovec: np.ndarray, text_ids: Sequence[int]) -> GPTPrompt:
-        """Stage 3.4: (num_latents + 2 + L + 2, D); with the GPT on TensorRT-LLM, the same line as the
-        worker takes it (conditioning rows + text ids; its engine does the lookups). Either way the
-        result is opaque to callers except for `len` and goes back into `generate` / `latent`."""
-        if self.trtllm_gpt:
-            emb = self.embeddings
-            emb.text_embeddings(text_ids)  # the same length check as the ONNX path
-            return LinePrompt.from_voice(spk_latents, emovec, emb.speed, text_ids)
-        return self.embeddings.prefix(spk_latents, emovec, text_ids)
+        """Stage 3.4: the line's GPT input as this engine's GPT takes it: the (num_latents + 2 + L + 2, D)
+        prefix for the ONNX trunk, conditioning rows + text ids for the TensorRT-LLM worker (its engine
+        does the lookups). Opaque to callers except for `len`; it goes back into `generate` / `latent`."""
+        return _gpt_kind(self.manifest).prompt_for(self.embeddings, spk_latents, emovec, text_ids)
 
     def generate(
         self,
@@ -249,27 +247,23 @@ class IndexTTS2Engine(VoiceFlow, SessionVoiceStages):
     ) -> list[Decoded]:
         """Batched AR decoding: one prefix, parameter set and random generator per line; a line's codes
         never depend on its batch-mates. `ignore_stop` (timing only) forces max_tokens codes."""
-        if isinstance(params, SamplingParams):
-            params = [params] * len(prefixes)
-        if not (len(params) == len(generators) == len(prefixes)):
-            raise ValueError("one params and one generator per prefix")
-        cls = NoStopDecoder if ignore_stop else LineDecoder
-        vocab = self.embeddings.mel_embedding.shape[0]
-        prefix_ids = (1, self.tokens.start_mel)  # the dummy ids generate() is fed (repetition penalty)
-        decoders = [
-            cls(p, g, vocab=vocab, prefix_ids=prefix_ids) for p, g in zip(params, generators, strict=True)
-        ]
+        gpt = self.decoder
+        decoders = line_decoders(
+            prefixes,
+            params,
+            generators,
+            vocab=gpt.vocab,
+            start_mel=self.tokens.start_mel,
+            ignore_stop=ignore_stop,
+        )
         with self.times.time("generate"):
-            if self.trtllm_gpt:
-                return self.trtllm.generate(_prompts(prefixes), decoders)
-            return self.decoder.generate(_arrays(prefixes), decoders)
+            return generate_loop.generate(gpt, _own_prompts(gpt, prefixes), decoders)
 
     def latent(self, prefixes: Sequence[GPTPrompt], codes: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Stage 3.7, batched: the teacher-forced pass; (n_i, D) per line."""
         with self.times.time("latent"):
-            if self.trtllm_gpt:
-                return self.trtllm.latents(_prompts(prefixes), codes)
-            return self.decoder.latents(_arrays(prefixes), codes)
+            gpt = self.decoder
+            return gpt.latents(_own_prompts(gpt, prefixes), codes)
 
     # ------------------------------------------------------------------------------- stage 4: s2mel
 

@@ -2,8 +2,8 @@
 
 TensorRT-LLM lives in its own Python environment ($FASTTTS_TRTLLM_PYTHON), so the engine runs in a worker
 process and this module talks to it over pipes (framing: `trtllm_worker` docstring). The sampling stays
-here, per line, with `LineDecoder` and the line's own generator, exactly as `GPTDecoder` does it; the
-worker only turns (parents, tokens) into the next logits. So `TrtllmGPT.generate` / `latents` return what
+here, in the one generate loop (generate_loop.py) that drives every backend's GPT; the worker only turns
+(parents, tokens) into the next logits. So `TrtllmGPT.generate` / `latents` return what
 `GPTDecoder.generate` / `latents` return (`Decoded` per line; (n, D) latents per line), and with the
 numpy `reference` backend they equal the ONNX trunk's results within float tolerance.
 
@@ -27,9 +27,11 @@ from typing import Any
 
 import numpy as np
 
+from fasttts_cli.backends.protocol import StepOutput
 from fasttts_cli.build import trtllm_convert as tc
 from fasttts_cli.errors import EngineMismatchError, MissingDependencyError, SynthesisError
-from fasttts_cli.indextts2.sampling import Decoded, LineDecoder, SamplingParams
+from fasttts_cli.indextts2 import generate_loop as loop
+from fasttts_cli.indextts2.decode import HostEmbeddings
 from fasttts_cli.trtllm_worker import ENGINE_FILE, PROTOCOL, FrameError, encode_frame, read_frame
 
 TRTLLM_PYTHON_ENV = "FASTTTS_TRTLLM_PYTHON"  # same name as gpu_stack.TRTLLM_PYTHON_ENV
@@ -79,12 +81,6 @@ class WorkerInfo:
     def max_codes(self) -> int:
         """Most codes a line can get: code k sits at mel position k + 2 (as HostEmbeddings.max_codes)."""
         return self.layout.mel_pos_rows - 2
-
-
-@dataclass(frozen=True)
-class StepOutput:
-    logits: np.ndarray  # (R, n_mel) float32, the last position of every row
-    hidden: np.ndarray  # (R, D) float32, after ln_f and final_norm
 
 
 def backend_choice() -> str:
@@ -272,18 +268,28 @@ def _lines(prompts: Sequence[LinePrompt]) -> dict[str, np.ndarray]:
     }
 
 
-class TrtllmGPT:
-    """`GPTDecoder`'s `generate` / `generate_codes` / `forced` / `latents` over the worker.
+class TrtllmGPT(loop.LoopMethods):
+    """The GPT step protocol (backends/protocol.GPTSteps) over the worker; `generate_loop` drives it.
 
-    `generate` keeps one `LineDecoder` per line (its params and generator): a line's codes never depend
-    on its batch-mates. Unlike `GPTDecoder`, rows of finished lines stay in the worker's batch (fed their
-    parent's row and the stop code; their outputs are ignored), as TensorRT-LLM's static batch does.
+    The worker runs TensorRT-LLM's static batch: rows never leave it. When lines finish, the loop asks
+    for fewer rows; this client keeps the finished rows in the worker's batch (fed their own row and the
+    stop code; their outputs are dropped) and hands the loop the rows it asked for.
     """
 
-    def __init__(self, engine_dir: Path | str, *, backend: str = "auto", python: str | None = None) -> None:
+    def __init__(
+        self,
+        engine_dir: Path | str,
+        *,
+        backend: str = "auto",
+        python: str | None = None,
+        emb: HostEmbeddings | None = None,
+    ) -> None:
         self.worker = WorkerClient(engine_dir, backend=backend, python=python)
         self.info = self.worker.info
         self.layout = self.info.layout
+        self.emb = emb  # for `prompt`: the engine folder's speed table and text positions
+        self._line_of: np.ndarray | None = None  # the line of every worker row (a generation is open)
+        self._live = np.zeros(0, np.int64)  # the worker row of every row the loop sees
 
     def close(self) -> None:
         self.worker.close()
@@ -294,84 +300,70 @@ class TrtllmGPT:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # ------------------------------------------------------------------ step interface
+    # ------------------------------------------------------------------ GPTSteps
+
+    @property
+    def vocab(self) -> int:
+        return self.layout.n_mel
+
+    @property
+    def max_codes(self) -> int:
+        return self.info.max_codes
+
+    def prompt(self, spk_latents: np.ndarray, emovec: np.ndarray, text_ids: Sequence[int]) -> LinePrompt:
+        if self.emb is None:
+            raise RuntimeError("TrtllmGPT.prompt needs the engine folder's host tables (emb=)")
+        return self.prompt_for(self.emb, spk_latents, emovec, text_ids)
+
+    @staticmethod
+    def prompt_for(
+        emb: HostEmbeddings, spk_latents: np.ndarray, emovec: np.ndarray, text_ids: Sequence[int]
+    ) -> LinePrompt:
+        """`prompt` without a worker (an engine makes prompts before it starts one)."""
+        emb.text_embeddings(text_ids)  # the same length check as the ONNX path
+        return LinePrompt.from_voice(spk_latents, emovec, emb.speed, text_ids)
 
     def prefill(self, prompts: Sequence[LinePrompt], rows: Sequence[int], max_steps: int) -> StepOutput:
         """Context pass; line i gets rows[i] identical rows. At most `max_steps` steps may follow."""
         arrays = _lines(prompts)
         arrays["rows"] = np.asarray(rows, dtype=np.int64)
         out = self.worker.request("prefill", arrays, max_steps=int(max_steps))
+        self._line_of = np.repeat(np.arange(len(prompts)), rows)
+        self._live = np.arange(self._line_of.size)
         return StepOutput(out["logits"], out["hidden"])
 
     def step(self, parents: np.ndarray, tokens: np.ndarray) -> StepOutput:
-        """Row r continues from row parents[r] (same line) and is fed tokens[r]."""
-        out = self.worker.request(
-            "step",
-            {"parents": np.asarray(parents, dtype=np.int64), "tokens": np.asarray(tokens, dtype=np.int64)},
-        )
-        return StepOutput(out["logits"], out["hidden"])
+        """Row r continues from row parents[r] (same line) and is fed tokens[r]; fewer rows than the
+        last step's when lines finished (their worker rows stay, see the class docstring)."""
+        parents = np.asarray(parents, dtype=np.int64)
+        tokens = np.asarray(tokens, dtype=np.int64)
+        live = self._next_rows(parents)
+        if live is None:  # all rows, or rows the worker must judge (its errors name what is wrong)
+            out = self.worker.request("step", {"parents": parents, "tokens": tokens})
+            return StepOutput(out["logits"], out["hidden"])
+        full_parents = np.arange(self._line_of.size, dtype=np.int64)  # type: ignore[union-attr]
+        full_tokens = np.full(full_parents.size, self.layout.stop_mel, dtype=np.int64)
+        full_parents[live] = self._live[parents]
+        full_tokens[live] = tokens
+        out = self.worker.request("step", {"parents": full_parents, "tokens": full_tokens})
+        self._live = live
+        return StepOutput(out["logits"][live], out["hidden"][live])
+
+    def _next_rows(self, parents: np.ndarray) -> np.ndarray | None:
+        """The worker rows of the next rows when some lines have left, else None (pass through)."""
+        line_of = self._line_of
+        if line_of is None or (parents.size == line_of.size and self._live.size == line_of.size):
+            return None
+        if parents.size and (parents.min() < 0 or parents.max() >= self._live.size):
+            return None
+        kept = np.unique(line_of[self._live[parents]])
+        live = np.flatnonzero(np.isin(line_of, kept))
+        return live if live.size == parents.size else None
 
     def end(self) -> None:
-        self.worker.request("end")
-
-    # ------------------------------------------------------------------ GPTDecoder's results
-
-    def generate(self, prompts: Sequence[LinePrompt], decoders: Sequence[LineDecoder]) -> list[Decoded]:
-        if len(prompts) != len(decoders):
-            raise ValueError("one decoder per prompt")
-        if not prompts:
-            return []
-        for dec in decoders:
-            if dec.params.max_tokens > self.info.max_codes:
-                raise ValueError(
-                    f"max_tokens {dec.params.max_tokens} exceeds the {self.info.max_codes} "
-                    "mel positions of this engine"
-                )
-            if dec.vocab != self.layout.n_mel:
-                raise ValueError(f"decoder vocab {dec.vocab}; this engine has {self.layout.n_mel} mel codes")
-        rows = [d.rows for d in decoders]
-        offsets = np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64)
-        total = int(sum(rows))
-        out = self.prefill(prompts, rows, max(d.params.max_tokens for d in decoders))
-        active = list(range(len(prompts)))
-        try:
-            while True:
-                parents = np.arange(total, dtype=np.int64)  # finished rows: continue from themselves
-                tokens = np.full(total, self.layout.stop_mel, dtype=np.int64)
-                still = []
-                for li in active:
-                    dec, o = decoders[li], offsets[li]
-                    p, t = dec.step(out.logits[o : o + dec.rows])
-                    if not dec.done:
-                        parents[o : o + dec.rows] = o + p
-                        tokens[o : o + dec.rows] = t
-                        still.append(li)
-                active = still
-                if not active:
-                    break
-                out = self.step(parents, tokens)
-        finally:
-            if self.worker.proc.poll() is None:
-                self.end()
-        return [d.result() for d in decoders]
-
-    def generate_codes(
-        self, prompts: Sequence[LinePrompt], params: SamplingParams, seeds: Sequence[int | None]
-    ) -> list[Decoded]:
-        return self.generate(prompts, [LineDecoder(params, s, vocab=self.layout.n_mel) for s in seeds])
-
-    def forced(self, prompt: LinePrompt, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The generation path under teacher forcing, as `GPTDecoder.forced`: (logits (n+1, n_mel),
-        hidden (n+1, D)); row k follows [prefix, start@0, c_0@2 .. c_{k-1}@k+1]."""
-        codes = np.asarray(codes, dtype=np.int64).reshape(-1)
-        out = self.prefill([prompt], [1], codes.size)
-        logits, hidden = [out.logits[0]], [out.hidden[0]]
-        for c in codes:
-            out = self.step(np.zeros(1, dtype=np.int64), np.array([c]))
-            logits.append(out.logits[0])
-            hidden.append(out.hidden[0])
-        self.end()
-        return np.stack(logits), np.stack(hidden)
+        if self.worker.proc.poll() is None:
+            self.worker.request("end")
+        self._line_of = None
 
     def latents(self, prompts: Sequence[LinePrompt], codes: Sequence[np.ndarray]) -> list[np.ndarray]:
         """The teacher-forced second pass (mel positions 0..n+1); (n_i, D) per line."""

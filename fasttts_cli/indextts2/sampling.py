@@ -14,9 +14,11 @@ line's own scores, so a line's codes never depend on its batch-mates.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
+
+from fasttts_cli.presets import DecodeOptions
 
 START_MEL_TOKEN = 8192
 STOP_MEL_TOKEN = 8193
@@ -27,30 +29,18 @@ _INITIAL_OTHER_BEAM_SCORE = -1e9
 
 
 @dataclass(frozen=True)
-class SamplingParams:
-    """Decoding settings (the preset's `decode` table); defaults are the original's."""
+class SamplingParams(DecodeOptions):
+    """A line's decoding settings as the sampler takes them: `presets.DecodeOptions` (the same fields,
+    keys and checks) plus the engine's stop token."""
 
-    do_sample: bool = True
-    num_beams: int = 3
-    top_k: int = 30
-    top_p: float = 0.8
-    temperature: float = 0.8
-    repetition_penalty: float = 10.0
-    length_penalty: float = 0.0
-    max_tokens: int = 1500
     stop_token: int = STOP_MEL_TOKEN
 
     def __post_init__(self) -> None:
-        if self.num_beams < 1:
-            raise ValueError(f"num_beams must be >= 1, got {self.num_beams}")
-        if self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
-        if self.do_sample and self.temperature <= 0:
-            raise ValueError(f"temperature must be > 0 when sampling, got {self.temperature}")
+        self.validate()
 
     @property
     def beam_mode(self) -> bool:
-        return self.num_beams > 1
+        return self.beams > 1
 
     @property
     def min_tokens_to_keep(self) -> int:
@@ -60,21 +50,14 @@ class SamplingParams:
     @staticmethod
     def greedy(max_tokens: int = 1500, repetition_penalty: float = 10.0) -> SamplingParams:
         return SamplingParams(
-            do_sample=False, num_beams=1, repetition_penalty=repetition_penalty, max_tokens=max_tokens
+            do_sample=False, beams=1, repetition_penalty=repetition_penalty, max_tokens=max_tokens
         )
 
     @staticmethod
-    def from_options(opts: object) -> SamplingParams:
-        """From a `presets.DecodeOptions` (or anything with the same attribute names)."""
+    def from_options(opts: DecodeOptions, stop_token: int = STOP_MEL_TOKEN) -> SamplingParams:
+        """From a preset's (or a line's) `DecodeOptions`, field by field."""
         return SamplingParams(
-            do_sample=bool(opts.do_sample),  # type: ignore[attr-defined]
-            num_beams=int(opts.beams),  # type: ignore[attr-defined]
-            top_k=int(opts.top_k),  # type: ignore[attr-defined]
-            top_p=float(opts.top_p),  # type: ignore[attr-defined]
-            temperature=float(opts.temperature),  # type: ignore[attr-defined]
-            repetition_penalty=float(opts.repetition_penalty),  # type: ignore[attr-defined]
-            length_penalty=float(opts.length_penalty),  # type: ignore[attr-defined]
-            max_tokens=int(opts.max_tokens),  # type: ignore[attr-defined]
+            **{f.name: getattr(opts, f.name) for f in fields(DecodeOptions)}, stop_token=stop_token
         )
 
 
@@ -256,7 +239,7 @@ class LineDecoder:
         self.params = params
         self.rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
         self.vocab = vocab
-        self.rows = params.num_beams
+        self.rows = params.beams
         self._prefix = list(prefix_ids)
         self.seen = history_mask([self._prefix] * self.rows, vocab)
         self.tokens: list[list[int]] = [[] for _ in range(self.rows)]

@@ -36,7 +36,7 @@ from fasttts_cli.indextts2.engine import (
 )
 from fasttts_cli.indextts2.sampling import SamplingParams
 from fasttts_cli.indextts2.voice_cache import VoiceCache, voice_key
-from fasttts_cli.presets import DecodeOptions, Preset, S2MelOptions
+from fasttts_cli.presets import DecodeOptions, Preset, S2MelOptions, coerce_value
 from fasttts_cli.synthesizer import EmotionSpec, ResultCallback, SynthRequest, SynthResult, Voice, deliver
 
 # Bump whenever this runtime's output for the same engine and preset could change (part of identity()).
@@ -64,8 +64,8 @@ class LineOptions:
     s2mel: S2MelOptions
 
     def sampling(self, stop_token: int, max_codes: int) -> SamplingParams:
-        p = SamplingParams.from_options(self.decode)
-        return replace(p, stop_token=stop_token, max_tokens=min(p.max_tokens, max_codes))
+        p = SamplingParams.from_options(self.decode, stop_token)
+        return replace(p, max_tokens=min(p.max_tokens, max_codes))
 
 
 def line_options(preset: Preset, overrides: Mapping[str, Any]) -> LineOptions:
@@ -81,32 +81,18 @@ def line_options(preset: Preset, overrides: Mapping[str, Any]) -> LineOptions:
         else:
             allowed = sorted(_DECODE_KEYS | _S2MEL_KEYS)
             raise ValueError(f"unknown synthesis option {raw_key!r} (allowed: {', '.join(allowed)})")
-        target[key] = _coerce(raw_key, value, default)
+        try:
+            target[key] = coerce_value(value, default)
+        except ValueError as e:
+            raise ValueError(f"option {raw_key} {e}") from None
     opts = LineOptions(replace(preset.decode, **dec), replace(preset.s2mel, **s2))
-    d, s = opts.decode, opts.s2mel
-    if d.beams < 1 or d.max_tokens < 1 or s.steps < 1:
-        raise ValueError("beams, max_tokens and steps must be >= 1")
-    if d.do_sample and d.temperature <= 0:
-        raise ValueError(f"temperature must be > 0 when sampling, got {d.temperature}")
+    opts.decode.validate()
+    s = opts.s2mel
+    if s.steps < 1:
+        raise ValueError(f"steps must be >= 1, got {s.steps}")
     if s.schedule not in ("uniform", "sway"):
         raise ValueError(f"schedule must be uniform or sway, got {s.schedule!r}")
     return opts
-
-
-def _coerce(name: str, value: Any, default: Any) -> Any:
-    if isinstance(default, bool):
-        if not isinstance(value, bool):
-            raise ValueError(f"option {name} must be true or false, got {value!r}")
-        return value
-    if isinstance(default, int | float):
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-            raise ValueError(f"option {name} must be a number, got {value!r}")
-        if isinstance(default, int) and int(value) != value:
-            raise ValueError(f"option {name} must be an integer, got {value!r}")
-        return type(default)(value)
-    if not isinstance(value, str):
-        raise ValueError(f"option {name} must be a string, got {value!r}")
-    return value
 
 
 @dataclass
@@ -266,7 +252,7 @@ class IndexTTS2Synthesizer:
 
         settle(False)  # lines that failed before any model ran
         # Similar prefix lengths together: less padding in each GPT batch (results do not depend on it).
-        order = sorted(segs, key=lambda s: (s.params.num_beams, len(s.prefix)))
+        order = sorted(segs, key=lambda s: (s.params.beams, len(s.prefix)))
         size = max(1, int(e.preset.limits.max_batch))
         for start in range(0, len(order), size):
             self._run_guarded(order[start : start + size], lambda: settle(False))

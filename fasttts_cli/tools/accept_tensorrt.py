@@ -245,7 +245,7 @@ def _decoder_checks(
             return real_run(outputs, feeds)
 
         sess.run = spy
-        params = SamplingParams(do_sample=True, num_beams=3, top_k=30, top_p=0.8, temperature=0.8,
+        params = SamplingParams(do_sample=True, beams=3, top_k=30, top_p=0.8, temperature=0.8,
                                 repetition_penalty=10.0, max_tokens=24)  # fmt: skip
         prefixes = [case["prefix"], case["prefix"][:30]]
         t0 = time.perf_counter()

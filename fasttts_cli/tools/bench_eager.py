@@ -76,7 +76,7 @@ def bench_eager(
         x = torch.cat([pre.embeds, start], dim=1).expand(k, -1, -1)  # HF expands to beams before prefill
         mask = torch.ones(k, x.shape[1], dtype=torch.long)
         logits, _, kv = uv.trunk(x, mask, logits_for="last")
-        params = SamplingParams(num_beams=k, max_tokens=tokens, stop_token=c.stop_mel_token)
+        params = SamplingParams(beams=k, max_tokens=tokens, stop_token=c.stop_mel_token)
         d = NoStopDecoder(
             params, segment_seed_generator(0, 0), vocab=c.number_mel_codes, prefix_ids=(1, c.start_mel_token)
         )

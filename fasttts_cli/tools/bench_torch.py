@@ -141,7 +141,7 @@ def run_ours(
 ) -> BenchRow:
     dev = gpt.device
     b = len(w.prefixes)
-    p = SamplingParams(num_beams=beams, max_tokens=tokens)
+    p = SamplingParams(beams=beams, max_tokens=tokens)
     name = "ours" if beams == 1 else f"ours-{beams}beam"
     row = BenchRow(name, b, tokens, 256 * int(np.float32(tokens) * np.float32(CODE_TO_FRAMES)) / SR)
     _, row.prefill_ms = _timed(dev, lambda: gpt._prefill(w.prefixes, tokens + 1, b * beams))
@@ -191,7 +191,7 @@ def eager_generate(
     prefill = time.perf_counter() - t0
     seen = torch.zeros(b, c.number_mel_codes, dtype=torch.bool, device=dev)
     seen[:, [1, c.start_mel_token]] = True
-    rp = RowParams.build([SamplingParams(num_beams=1)] * b, 1, dev)
+    rp = RowParams.build([SamplingParams(beams=1)] * b, 1, dev)
     rows = torch.arange(b, device=dev)
     codes = []
     for k in range(tokens):

@@ -4,7 +4,9 @@ Generation (spec §2.6.6): prefill [prefix | start token at mel position 0] for 
 then one token per step, code k fed at mel position k + 2, all rows in one column of a preallocated
 `StaticKVCache`. The decode step (mel embedding lookup + 24 blocks + both norms + mel_head) is one
 function of static buffers, captured as a CUDA graph per (rows bucket, attended-length bucket) and
-replayed; sampling runs on the device (`sampling_torch`). Beams reorder cache rows by parent.
+replayed. The one generate loop (indextts2/generate_loop.py) drives it through the GPT step protocol and
+samples on the host with the numpy runtime's sampler, so this backend picks the numpy runtime's codes
+for the same logits. Beams reorder cache rows by parent.
 
 Latent pass (spec §2.6.7), as the original runs it: a second, teacher-forced pass over
 [prefix | start, c_0 .. c_{n-1}, stop] at mel positions 0..n+1, batched with left padding; the latent is
@@ -20,10 +22,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from fasttts_cli.backends.protocol import StepOutput
 from fasttts_cli.build.unified_voice import UnifiedVoice
-from fasttts_cli.indextts2.sampling import Decoded, SamplingParams
+from fasttts_cli.indextts2 import decode as dec
+from fasttts_cli.indextts2 import generate_loop as loop
+from fasttts_cli.indextts2.sampling import Decoded, LineDecoder, SamplingParams
 from fasttts_cli.torch_backend.graphs import GraphRunner, bucket, round_up, row_buckets
-from fasttts_cli.torch_backend.sampling_torch import BatchSampler, DeviceNoise, NoiseSource, NumpyNoise
 from fasttts_cli.torch_backend.static_cache import StaticKVCache, trunk_cached, trunk_full
 
 PrefixLike = torch.Tensor | np.ndarray
@@ -34,7 +38,6 @@ class DecodeSettings:
     max_lines: int = 16  # lines per GPT batch (rows = lines x beams)
     max_beams: int = 3
     length_step: int = 256  # attended-length bucket of the decode graphs
-    sync_every: int = 8  # one beam: host sync (drop finished lines) every this many steps
     use_graphs: bool | None = None  # None: on CUDA
 
 
@@ -73,6 +76,9 @@ class TorchGPT:
         self.logits_buf = torch.zeros(self.max_rows, c.number_mel_codes, dtype=torch.float32, device=dev)
         self.hidden_buf = torch.zeros(self.max_rows, c.model_dim, dtype=torch.float32, device=dev)
         self.cache: StaticKVCache | None = None
+        self._emb: dec.HostEmbeddings | None = None
+        self._col: int | None = None  # the generation in progress: its next cache column, steps, rows
+        self._steps = self._n = 0
 
     # ------------------------------------------------------------------------------- cache
 
@@ -150,125 +156,97 @@ class TorchGPT:
         self.graphs.run(("decode", b, kv), lambda: self._decode_body(b, kv))
         return self.logits_buf[:rows], self.hidden_buf[:rows]
 
-    # ------------------------------------------------------------------------------- generation
+    # ------------------------------------------------------------------------------- GPTSteps
+
+    @property
+    def vocab(self) -> int:
+        return int(self.cfg.number_mel_codes)
+
+    @property
+    def embeddings(self) -> dec.HostEmbeddings:
+        """The GPT's lookup tables on the host (float32), as an engine folder ships them."""
+        if self._emb is None:
+            t = self.uv.host_tables()
+            c = self.cfg
+            self._emb = dec.HostEmbeddings(
+                *(
+                    t[k].cpu().numpy()
+                    for k in ("text_embedding", "text_pos", "mel_embedding", "mel_pos", "speed_emb")
+                ),
+                tokens=dec.GPTTokens(
+                    c.start_text_token, c.stop_text_token, c.start_mel_token, c.stop_mel_token
+                ),
+            )
+        return self._emb
+
+    def prompt(self, spk_latents: np.ndarray, emovec: np.ndarray, text_ids: Sequence[int]) -> np.ndarray:
+        return self.embeddings.prefix(spk_latents, emovec, text_ids)
 
     @torch.inference_mode()
+    def prefill(
+        self, prompts: Sequence[PrefixLike], rows_per_prompt: Sequence[int], max_steps: int
+    ) -> StepOutput:
+        rows = int(sum(rows_per_prompt))
+        logits, hidden, col = self._prefill(prompts, max_steps + 1, rows)
+        if rows != len(prompts):  # every row of a line starts from the line's prefill row
+            src = torch.from_numpy(np.repeat(np.arange(len(prompts)), rows_per_prompt)).to(self.device)
+            self.cache.select_rows(src, col)  # type: ignore[union-attr]
+            logits, hidden = logits.index_select(0, src), hidden.index_select(0, src)
+        self._col, self._steps, self._n = col, 0, rows
+        return _host(logits, hidden)
+
+    @torch.inference_mode()
+    def step(self, parents: np.ndarray, tokens: np.ndarray) -> StepOutput:
+        if self._col is None:
+            raise RuntimeError("step() without a prefill")
+        parents = np.asarray(parents, dtype=np.int64)
+        if parents.size != self._n or (parents != np.arange(parents.size)).any():
+            self.cache.select_rows(torch.from_numpy(parents).to(self.device), self._col)  # type: ignore[union-attr]
+        tok = torch.from_numpy(np.asarray(tokens, dtype=np.int64)).to(self.device)
+        # the code generated at step k is fed at mel position k + 2 (the original's quirk)
+        logits, hidden = self.decode_step(tok, self._col, self._steps + 2)
+        self._col, self._steps, self._n = self._col + 1, self._steps + 1, parents.size
+        return _host(logits, hidden)
+
+    def end(self) -> None:
+        self._col = None
+
+    def decode(self, prefixes: Sequence[PrefixLike], decoders: Sequence[LineDecoder]) -> list[Decoded]:
+        """The one generate loop over this decoder, `max_lines` lines at a time."""
+        out: list[Decoded] = []
+        n = self.settings.max_lines
+        for s in range(0, len(prefixes), n):
+            out += loop.generate(self, prefixes[s : s + n], decoders[s : s + n])
+        return out
+
     def generate(
         self,
         prefixes: Sequence[PrefixLike],
         params: Sequence[SamplingParams],
         seeds: Sequence[int | np.random.Generator],
         *,
-        noise: str = "device",
         ignore_stop: bool = False,
         prefix_ids: Sequence[int] | None = None,
     ) -> list[Decoded]:
-        """Codes per line. seeds: an int per line (device noise), or the line's numpy Generator (with
-        noise="numpy" its stream is used as the numpy runtime uses it; with "device" one int is drawn from
-        it as the line's seed). Lines are grouped by (num_beams, do_sample) and decoded group by group,
-        `max_lines` at a time. ignore_stop (timing only): the stop token is never picked."""
-        if not (len(prefixes) == len(params) == len(seeds)):
-            raise ValueError("one params and one seed per prefix")
+        """Codes per line: seeds are each line's numpy Generator (or its seed), drawn as the numpy runtime
+        draws them, so the codes equal its codes for the same logits. ignore_stop (timing only): the
+        stop token is never picked."""
         for p in params:
-            if p.max_tokens > self.max_codes:
-                raise ValueError(
-                    f"max_tokens {p.max_tokens} exceeds the model's {self.max_codes} mel positions"
-                )
-            if p.num_beams > self.settings.max_beams:
-                raise ValueError(f"{p.num_beams} beams; this decoder was sized for {self.settings.max_beams}")
-        out: list[Decoded | None] = [None] * len(prefixes)
-        groups: dict[tuple[int, bool], list[int]] = {}
-        for i, p in enumerate(params):
-            groups.setdefault((p.num_beams, p.do_sample), []).append(i)
-        for idx in groups.values():
-            for s in range(0, len(idx), self.settings.max_lines):
-                part = idx[s : s + self.settings.max_lines]
-                res = self._generate_group(
-                    [prefixes[i] for i in part],
-                    [params[i] for i in part],
-                    [seeds[i] for i in part],
-                    noise,
-                    ignore_stop,
-                    prefix_ids,
-                )
-                for i, r in zip(part, res, strict=True):
-                    out[i] = r
-        return [r for r in out if r is not None]
-
-    def _noise(self, seeds: Sequence[int | np.random.Generator], noise: str) -> NoiseSource:
-        if noise == "numpy":
-            gens = [s if isinstance(s, np.random.Generator) else np.random.default_rng(s) for s in seeds]
-            return NumpyNoise(gens)
-        if noise != "device":
-            raise ValueError(f"noise must be 'device' or 'numpy', got {noise!r}")
-        ints = [
-            int(s.integers(0, 2**63 - 1)) if isinstance(s, np.random.Generator) else int(s) for s in seeds
-        ]
-        return DeviceNoise(ints, self.device)
-
-    def _generate_group(
-        self,
-        prefixes: Sequence[PrefixLike],
-        params: Sequence[SamplingParams],
-        seeds: Sequence[int | np.random.Generator],
-        noise: str,
-        ignore_stop: bool,
-        prefix_ids: Sequence[int] | None,
-    ) -> list[Decoded]:
-        c = self.cfg
-        kw = {} if prefix_ids is None else {"prefix_ids": prefix_ids}
-        sampler = BatchSampler(
-            params,
-            self._noise(seeds, noise),
-            vocab=c.number_mel_codes,
-            device=self.device,
-            ignore_stop=ignore_stop,
-            **kw,
+            if p.beams > self.settings.max_beams:
+                raise ValueError(f"{p.beams} beams; this decoder was sized for {self.settings.max_beams}")
+        start = self.cfg.start_mel_token if prefix_ids is None else prefix_ids[-1]
+        decoders = loop.line_decoders(
+            prefixes, params, seeds, vocab=self.vocab, start_mel=start, ignore_stop=ignore_stop
         )
-        longest = max(p.max_tokens for p in params)
-        nb = sampler.nb
-        logits, _, col = self._prefill(prefixes, longest + 1, len(prefixes) * nb)
-        if nb > 1:  # every beam of a line starts from the line's prefill row
-            src = torch.arange(len(prefixes), device=self.device).repeat_interleave(nb)
-            self.cache.select_rows(src, col)  # type: ignore[union-attr]
-            logits = logits.index_select(0, src)
-        sync_every = 1 if noise == "numpy" else self.settings.sync_every
-        step = 0
-        while True:
-            out = sampler.step(logits)
-            tokens = out.tokens
-            if out.rows is not None and not sampler.finished:
-                self.cache.select_rows(out.rows, col)  # type: ignore[union-attr]
-            if nb == 1 and (sampler.step_no % sync_every == 0 or sampler.step_no >= longest):
-                s = sampler.sync()
-                if s is not None and not sampler.finished:
-                    self.cache.select_rows(s.rows, col)  # type: ignore[union-attr]
-                    tokens = tokens.index_select(0, s.rows)  # type: ignore[arg-type]
-            if sampler.finished:
-                break
-            # the code generated at `step` is fed at mel position step + 2 (the original's quirk)
-            logits, _ = self.decode_step(tokens, col, step + 2)
-            col += 1
-            step += 1
-        return sampler.decoded()
+        return self.decode(prefixes, decoders)
 
-    # ------------------------------------------------------------------------------- teacher forcing
-
-    @torch.inference_mode()
     def forced(
         self, prefix: PrefixLike, codes: np.ndarray | torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Stage 3.5 on the decode path (static cache, graphs on CUDA): logits (n+1, V) and hidden (n+1, D)
-        of [prefix, start@0, c_0@2 .. c_{k-1}@k+1] for k = 0..n, float32."""
-        codes_t = torch.as_tensor(np.asarray(codes, np.int64)).to(self.device)
-        logits, hidden, col = self._prefill([prefix], int(codes_t.shape[0]) + 1)
-        all_logits, all_hidden = [logits[0].clone()], [hidden[0].clone()]
-        for k in range(codes_t.shape[0]):
-            lg, hd = self.decode_step(codes_t[k : k + 1], col, k + 2)
-            all_logits.append(lg[0].clone())
-            all_hidden.append(hd[0].clone())
-            col += 1
-        return torch.stack(all_logits), torch.stack(all_hidden)
+        of [prefix, start@0, c_0@2 .. c_{k-1}@k+1] for k = 0..n, float32 (generate_loop.forced)."""
+        logits, hidden = loop.forced(self, prefix, np.asarray(codes, np.int64))
+        return torch.from_numpy(logits), torch.from_numpy(hidden)
 
     # ------------------------------------------------------------------------------- latent pass
 
@@ -303,3 +281,8 @@ class TorchGPT:
             n = int(np.asarray(cd).size)
             out.append(hidden[i, tmax - n - 2 : tmax - 2].float())
         return out
+
+
+def _host(logits: torch.Tensor, hidden: torch.Tensor) -> StepOutput:
+    """The step's outputs as host copies (the decode step's buffers are overwritten by the next one)."""
+    return StepOutput(logits.float().cpu().numpy().copy(), hidden.float().cpu().numpy().copy())

@@ -31,6 +31,7 @@ from fasttts_cli.indextts2 import decode as dec
 from fasttts_cli.indextts2 import emotion as emo
 from fasttts_cli.indextts2 import features as feat
 from fasttts_cli.indextts2.cfm import start_noise
+from fasttts_cli.indextts2.generate_loop import line_decoders
 from fasttts_cli.indextts2.sampling import Decoded, SamplingParams
 from fasttts_cli.indextts2.voice import VoiceConditioning, VoiceFlow, cond_lengths
 from fasttts_cli.presets import Preset, load_preset
@@ -38,8 +39,9 @@ from fasttts_cli.torch_backend.decode_torch import DecodeSettings, TorchGPT
 from fasttts_cli.torch_backend.s2mel_torch import S2MelSettings, TorchS2Mel, TorchVocoder
 
 BACKEND = "torch"
-# 2: the voice flow is the ONNX engine's: at alpha 1 the emovec is the emotion conditioner's own
-# (not base + 1 * (emo - base), one rounding step away), so cached voices are made anew.
+# 2: the voice flow is the ONNX engine's (at alpha 1 the emovec is the emotion conditioner's own, not
+# base + 1 * (emo - base), one rounding step away), and the GPT samples with the numpy runtime's sampler
+# (generate_loop), not device noise: cached voices and lines are made anew.
 TORCH_CODE_REV = 2
 _DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -222,7 +224,7 @@ class TorchEngine(VoiceFlow):
     # ------------------------------------------------------------------------------- GPT
 
     def prefix(self, spk_latents: np.ndarray, emovec: np.ndarray, text_ids: Sequence[int]) -> np.ndarray:
-        return self.embeddings.prefix(spk_latents, emovec, text_ids)
+        return self.gpt.prompt(spk_latents, emovec, text_ids)
 
     def generate(
         self,
@@ -231,20 +233,18 @@ class TorchEngine(VoiceFlow):
         generators: Sequence[np.random.Generator | int | None],
         *,
         ignore_stop: bool = False,
-        noise: str = "device",
     ) -> list[Decoded]:
-        if isinstance(params, SamplingParams):
-            params = [params] * len(prefixes)
-        seeds = [g if g is not None else 0 for g in generators]
+        """As `IndexTTS2Engine.generate`: the one generate loop over `TorchGPT`, the same sampler."""
+        decoders = line_decoders(
+            prefixes,
+            params,
+            generators,
+            vocab=self.gpt.vocab,
+            start_mel=self.tokens.start_mel,
+            ignore_stop=ignore_stop,
+        )
         with self.times.time("generate"):
-            out = self.gpt.generate(
-                prefixes,
-                list(params),
-                seeds,
-                noise=noise,
-                ignore_stop=ignore_stop,
-                prefix_ids=(1, self.tokens.start_mel),
-            )
+            out = self.gpt.decode(prefixes, decoders)
             self._sync()
         return out
 

@@ -114,7 +114,7 @@ def check_case(
         lg = torch.from_numpy(a["gpt_gen_logits"]).to(dev)
         sn = torch.from_numpy(seen).to(dev)
         for beams, key in ((3, "gpt_proc_beam_scores"), (1, "gpt_proc_sample_scores")):
-            rp = RowParams.build([SamplingParams(num_beams=beams)] * lg.shape[0], 1, dev)
+            rp = RowParams.build([SamplingParams(beams=beams)] * lg.shape[0], 1, dev)
             got = process_scores(lg, sn, rp, beam_mode=beams > 1, do_sample=True).cpu().numpy()
             _check(
                 out,
