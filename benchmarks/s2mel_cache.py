@@ -3,7 +3,7 @@ output error vs T0 -- on the tiny DiT and on a full-size (13 x 512) random-weigh
 
     python benchmarks/s2mel_cache.py --sizes tiny,full --threads 2 --json out.json
 
-Per size: random weights from the one random-model factory (fasttts_cli/build/random_model.py),
+Per size: random weights from the one random-model factory (fasttts_cli/nets/random_model.py),
 the pieces exported to ONNX and run on ONNX Runtime (the runtime path), levels T1..T6 calibrated on
 random calibration lines, then one held-out line of `--frames` frames (prompt 5/8 of it, as the
 reference's 215 + 129) timed through the 25-step CFM at every level. Random weights say nothing about
@@ -25,13 +25,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fasttts_cli.build.random_model import dit_config, random_dit
+from fasttts_cli.backends.onnxruntime.session import available_cpus
+from fasttts_cli.build.s2mel_pieces import export_pieces
 from fasttts_cli.indextts2.cfm import ort_opener
-from fasttts_cli.indextts2.sessions import available_cpus
-from fasttts_cli.s2mel_cache import piecewise_ort as po
-from fasttts_cli.s2mel_cache.calibrate import calibrate_ort, relative_mae
-from fasttts_cli.s2mel_cache.export_pieces import export_pieces
-from fasttts_cli.s2mel_cache.policy import LEVELS
+from fasttts_cli.indextts2.s2mel_cache import piecewise_ort as po
+from fasttts_cli.indextts2.s2mel_cache.calibrate import calibrate_ort, relative_mae
+from fasttts_cli.indextts2.s2mel_cache.policy import LEVELS
+from fasttts_cli.nets.random_model import dit_config, random_dit
 
 SIZES = {
     # the parity/tiny checkpoint's DiT shape (config.yaml of ../shared/parity): 64 wide, 3 blocks, 2 heads

@@ -31,10 +31,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fasttts_cli.build.random_model import dit_config, random_dit
-from fasttts_cli.s2mel_cache import piecewise_torch as pt
-from fasttts_cli.s2mel_cache.core import FULL, KINDS, CacheState, run_steps
-from fasttts_cli.s2mel_cache.schedules import euler_times
+from fasttts_cli.cfm.loop import FULL, KINDS, CacheState, run_steps
+from fasttts_cli.cfm.schedules import euler_times
+from fasttts_cli.indextts2.s2mel_cache import piecewise_torch as pt
+from fasttts_cli.nets.random_model import dit_config, random_dit
 
 
 class _Recorder(pt.TorchPieces):
@@ -102,7 +102,7 @@ def main() -> None:
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     if a.checkpoint:
-        from fasttts_cli.build.checkpoint import load_checkpoint
+        from fasttts_cli.nets.checkpoint import load_checkpoint
 
         dit, source = load_checkpoint(a.checkpoint).s2mel.cfm.estimator, str(a.checkpoint)
     else:

@@ -1,3 +1,3 @@
-from fasttts_cli.cli import main
+from fasttts_cli.cli.commands import main
 
 main()

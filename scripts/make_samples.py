@@ -25,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from fasttts_cli.ffmpeg import ffmpeg_filters, ffmpeg_path, run_ffmpeg
+from fasttts_cli.media.ffmpeg import ffmpeg_filters, ffmpeg_path, run_ffmpeg
 
 DEMO_SECONDS = 20
 BITEXACT = ["-fflags", "+bitexact", "-flags:v", "+bitexact", "-flags:a", "+bitexact", "-map_metadata", "-1"]

@@ -81,9 +81,9 @@ def voice_wav2(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _current(folder: Path) -> bool:
     """A cached engine this runtime still drives (an export change such as a new graph input makes it
     stale)."""
-    from fasttts_cli.engine_folder import read_manifest
     from fasttts_cli.errors import FastTTSError
     from fasttts_cli.indextts2.engine import check_manifest
+    from fasttts_cli.spec.engine_folder import read_manifest
 
     if not (folder / "manifest.json").is_file():
         return False

@@ -12,7 +12,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from fasttts_cli.build.release_layout import repo_folder
+from fasttts_cli.nets.release_layout import repo_folder
 
 REV = "0123456789abcdef0123456789abcdef01234567"
 

@@ -103,10 +103,10 @@ def test_torch_run_path_imports_with_what_the_gpu_machine_has() -> None:
     modules = [
         "fasttts_cli.tools.accept_torch",
         "fasttts_cli.tools.bench_torch",
-        "fasttts_cli.torch_backend.parity_torch",
-        "fasttts_cli.build.unified_voice",
-        "fasttts_cli.build.s2mel",
-        "fasttts_cli.build.bigvgan",
+        "fasttts_cli.tools.parity_torch",
+        "fasttts_cli.nets.unified_voice",
+        "fasttts_cli.nets.s2mel",
+        "fasttts_cli.nets.bigvgan",
         "fasttts_cli.tools.prepare",
     ]
     r = _import_blocking(", ".join(modules), (*GPU_STACK, *NOT_ON_GPU_MACHINE))

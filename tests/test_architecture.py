@@ -25,12 +25,12 @@ LAYERS: list[tuple[str, frozenset[str]]] = [
     ("build", frozenset({"build"})),  # checkpoint -> engine folder: export, quantize, engine builds
     ("indextts2", frozenset({"indextts2"})),  # the model: front end, stage flows, decoding, CFM
     ("synth", frozenset({"synth"})),  # the Synthesizer contract, engine selection, the draft voice
-    ("backends", frozenset({"backends"})),  # the registry, stage protocols, one adapter per runtime
+    ("backends", frozenset({"backends"})),  # the GPT step protocol, one adapter per runtime
     ("nets", frozenset({"nets"})),  # PyTorch definitions of the checkpoint's modules and its loader
     ("cfm", frozenset({"cfm"})),  # the one Euler CFM loop and its time grids (numpy/torch-neutral)
     ("audio", frozenset({"audio"})),  # float32 audio: loading, tempo, timeline and mix, loudness
     ("media", frozenset({"media"})),  # ffmpeg: probe, integrity, mux
-    ("spec", frozenset({"spec"})),  # presets and the engine folder's manifest
+    ("spec", frozenset({"spec"})),  # presets, the engine folder's manifest, the backend registry
     ("foundation", frozenset({"", "errors", "partials"})),  # error types, partial-file writes, version
 ]
 
@@ -81,6 +81,11 @@ def _resolve(name: str) -> str | None:
 
 
 _DOTTED = re.compile(r"fasttts_cli(?:\.\w+)+(?::\w+)?")
+# Plugin tables: modules whose "module:callable" strings name implementations that are resolved only when
+# one is used, as Python entry points are. The backend registry sits at the bottom (presets read it) and
+# names the adapters above it this way; those strings are not imports (test_backend_registry resolves
+# each). Any other module's dotted string counts as an import.
+PLUGIN_TABLES = frozenset({"fasttts_cli.spec.registry"})
 
 
 def _targets(node: ast.AST, importer: str, is_package: bool) -> list[str]:
@@ -102,7 +107,12 @@ def _targets(node: ast.AST, importer: str, is_package: bool) -> list[str]:
                 found.append(t)
         return found
     # an import by string: importlib.import_module("fasttts_cli.x.y") or a registry's "fasttts_cli.x:Factory"
-    if isinstance(node, ast.Constant) and isinstance(node.value, str) and _DOTTED.fullmatch(node.value):
+    if (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and _DOTTED.fullmatch(node.value)
+        and importer not in PLUGIN_TABLES
+    ):
         t = _resolve(node.value.partition(":")[0])
         return [t] if t else []
     return []

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from fasttts_cli.audio import (
+from fasttts_cli.audio.load import (
     check_reference_voice,
     inspect_reference_voice,
     load_audio,
@@ -16,7 +16,7 @@ from fasttts_cli.audio import (
     rms_dbfs,
 )
 from fasttts_cli.errors import InputError
-from fasttts_cli.ffmpeg import run_ffmpeg
+from fasttts_cli.media.ffmpeg import run_ffmpeg
 
 
 def tone(freq: float, seconds: float, sr: int, amp: float = 0.5) -> np.ndarray:

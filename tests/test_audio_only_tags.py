@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from fasttts_cli.blockio import export_audio
-from fasttts_cli.probe import probe
+from fasttts_cli.audio.blockio import export_audio
+from fasttts_cli.media.probe import probe
 
 
 @pytest.mark.parametrize("ext", [".m4a", ".mp3", ".opus"])
@@ -35,8 +35,8 @@ def test_und_adds_no_language_tag(tmp_path: Path):
 
 
 def test_with_a_video_an_audio_output_is_the_dub_alone_timed_to_the_video(tmp_path: Path):
+    from fasttts_cli.app.pipeline import DubOptions, run_dub
     from fasttts_cli.errors import UsageError
-    from fasttts_cli.pipeline import DubOptions, run_dub
     from tests.test_pipeline import FakeSynth
 
     root = Path(__file__).resolve().parents[1] / "samples"

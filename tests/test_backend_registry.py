@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from fasttts_cli import gpu_stack, presets
-from fasttts_cli.backends import registry
-from fasttts_cli.engine_folder import read_manifest
+from fasttts_cli.backends import gpu_stack, registry
 from fasttts_cli.errors import EngineMismatchError, InputError, MissingDependencyError
 from fasttts_cli.indextts2.components import check_manifest
+from fasttts_cli.spec import presets
+from fasttts_cli.spec.engine_folder import read_manifest
 from tests.conftest_engine import *  # noqa: F403 (fixtures)
 from tests.test_trtllm_engine import preset_file, ref_engine_dir  # noqa: F401 (fixtures)
 
@@ -35,7 +35,7 @@ def test_one_list_of_backends() -> None:
 
 def test_importing_the_registry_imports_no_backend_library() -> None:
     code = (
-        "import sys, fasttts_cli.backends.registry as r; "
+        "import sys, fasttts_cli.spec.registry as r; "
         "heavy = [m for m in ('onnxruntime', 'tensorrt', 'tensorrt_llm', 'torch', 'cuda') "
         "if m in sys.modules]; "
         "print(heavy)"
@@ -91,7 +91,7 @@ def test_preset_backend_validation_reads_the_registry(
 
 
 def test_doctor_has_one_row_per_backend() -> None:
-    from fasttts_cli.doctor import OK, check_backends
+    from fasttts_cli.app.doctor import OK, check_backends
 
     rows = {r.name: r for r in check_backends()}
     assert set(rows) == {f"backend {n}" for n in registry.BACKENDS}
@@ -116,7 +116,7 @@ def test_the_engine_opens_components_through_the_registry(
     opened: list[str] = []
 
     def recording(path: Path, options: object) -> object:
-        from fasttts_cli.indextts2.sessions import OrtSession
+        from fasttts_cli.backends.onnxruntime.session import OrtSession
 
         opened.append(Path(path).name)
         return OrtSession(path, options)  # type: ignore[arg-type]

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fasttts_cli.cache import (
+from fasttts_cli.dubbing.cache import (
     LineCache,
     atomic_write,
     atomic_write_json,

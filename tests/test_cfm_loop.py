@@ -1,4 +1,4 @@
-"""The one Euler CFM loop (s2mel_cache.core.euler): the same arithmetic on numpy and torch, the original's
+"""The one Euler CFM loop (cfm.loop.euler): the same arithmetic on numpy and torch, the original's
 loop value for value, every backend's CFM running through it, and s2mel_cache never importing the model's
 engine side (the dependency points one way)."""
 
@@ -13,10 +13,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from fasttts_cli.cfm import loop as core  # noqa: E402
+from fasttts_cli.cfm.schedules import euler_times  # noqa: E402
 from fasttts_cli.indextts2 import cfm as cfm_stage  # noqa: E402
 from fasttts_cli.indextts2.engine import CFMInputs  # noqa: E402
-from fasttts_cli.s2mel_cache import core  # noqa: E402
-from fasttts_cli.s2mel_cache.schedules import euler_times  # noqa: E402
 
 PACKAGE = Path(__file__).resolve().parent.parent / "fasttts_cli"
 
@@ -106,9 +106,9 @@ def test_engine_stage_is_the_original_numpy_loop() -> None:
 
 
 def test_every_backend_runs_the_one_loop(monkeypatch: pytest.MonkeyPatch) -> None:
-    from fasttts_cli.s2mel_cache import piecewise_torch as pt
-    from fasttts_cli.torch_backend.random_model import random_s2mel
-    from fasttts_cli.torch_backend.s2mel_torch import TorchS2Mel
+    from fasttts_cli.backends.torch.s2mel import TorchS2Mel
+    from fasttts_cli.indextts2.s2mel_cache import piecewise_torch as pt
+    from fasttts_cli.nets.random_modules import random_s2mel
 
     calls: list[int] = []
     real = core.euler

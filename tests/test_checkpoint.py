@@ -10,15 +10,15 @@ import yaml
 
 torch = pytest.importorskip("torch")
 
-from fasttts_cli.build.checkpoint import (  # noqa: E402
+from fasttts_cli.build.tiny import TINY_CONFIG, ensure_tiny_checkpoint, write_tiny_checkpoint  # noqa: E402
+from fasttts_cli.errors import InputError, MissingDependencyError  # noqa: E402
+from fasttts_cli.nets.checkpoint import (  # noqa: E402
     RANDOM_KEY,
     CheckpointPaths,
     checkpoint_digest,
     load_checkpoint,
 )
-from fasttts_cli.build.config import ConfigError, load_config  # noqa: E402
-from fasttts_cli.build.tiny import TINY_CONFIG, ensure_tiny_checkpoint, write_tiny_checkpoint  # noqa: E402
-from fasttts_cli.errors import InputError, MissingDependencyError  # noqa: E402
+from fasttts_cli.nets.config import ConfigError, load_config  # noqa: E402
 from tests.parity import CACHE, ParityCase, parity_dir  # noqa: E402
 
 

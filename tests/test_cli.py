@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from fasttts_cli import __version__, pipeline, synthesis
-from fasttts_cli.cli import main
+from fasttts_cli import __version__
+from fasttts_cli.app import pipeline, synthesis
+from fasttts_cli.cli.commands import main
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
@@ -187,7 +188,7 @@ def test_dry_run_loads_no_model(capsys, monkeypatch, tmp_path, srt, voices):
         raise AssertionError("a model was loaded during --dry-run")
 
     monkeypatch.setattr(pipeline, "load_synthesizer", no)
-    monkeypatch.setattr("fasttts_cli.draft.DraftSynthesizer.__init__", no)
+    monkeypatch.setattr("fasttts_cli.synth.draft.DraftSynthesizer.__init__", no)
     code, out, err = run(
         capsys, "dub", srt, "--voice", voices["good"], "--dry-run", "--json", "--output-dir", tmp_path / "o"
     )

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from fasttts_cli.cli import main
-from fasttts_cli.engine_select import TORCH, select_engine
+from fasttts_cli.cli.commands import main
+from fasttts_cli.synth.engine_select import TORCH, select_engine
 from tests.conftest_engine import *  # noqa: F403 (fixtures: tiny_engine_dir)
 
 REPO = Path(__file__).resolve().parent.parent
@@ -118,12 +118,12 @@ class _Failing:
         return "failing"
 
     def prepare_voice(self, path: Path, *, name: str | None = None, emotion=None):
-        from fasttts_cli.synthesizer import Voice
+        from fasttts_cli.synth.synthesizer import Voice
 
         return Voice(name="v", path=path, audio_sha256="0" * 64)
 
     def synthesize(self, requests):
-        from fasttts_cli.synthesizer import SynthResult
+        from fasttts_cli.synth.synthesizer import SynthResult
 
         self.calls += 1
         return [SynthResult(r.line_id, None, self.sample_rate, error="boom") for r in requests]
@@ -135,8 +135,8 @@ class _Failing:
 def test_synth_on_line_failure_silence_writes_the_lines_length(tmp_path: Path) -> None:
     import soundfile as sf
 
+    from fasttts_cli.app.single_line import SynthOptions, synth_one
     from fasttts_cli.errors import SynthesisError
-    from fasttts_cli.single_line import SynthOptions, synth_one
 
     out = tmp_path / "x.wav"
     fail = _Failing()
@@ -154,7 +154,7 @@ def test_synth_on_line_failure_silence_writes_the_lines_length(tmp_path: Path) -
 
 
 def test_manifests_without_the_field_are_real_weights() -> None:
-    from fasttts_cli.engine_folder import Manifest
+    from fasttts_cli.spec.engine_folder import Manifest
 
     m = Manifest.from_dict(
         {
@@ -197,7 +197,7 @@ def test_a_random_engine_says_so_and_synth_exits_0(
 
 
 def test_doctor_warns_about_a_random_engine(tiny_engine_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from fasttts_cli.doctor import check_engines
+    from fasttts_cli.app.doctor import check_engines
 
     monkeypatch.setenv("FASTTTS_ENGINE", str(tiny_engine_dir))
     rows = [c for c in check_engines() if c.name == f"engine {tiny_engine_dir.name}"]
@@ -245,8 +245,8 @@ def test_the_torch_backend_on_a_random_checkpoint_says_so(tiny_checkpoint_dir: P
 
     pytest.importorskip("torch")
     from fasttts_cli.indextts2.synthesizer import RANDOM_MAX_TOKENS
-    from fasttts_cli.presets import ComponentSpec, load_preset
-    from fasttts_cli.torch_backend.synthesizer import TorchSynthesizer
+    from fasttts_cli.indextts2.synthesizer_torch import TorchSynthesizer
+    from fasttts_cli.spec.presets import ComponentSpec, load_preset
 
     p = load_preset("gpu-torch-fp16")
     p = dataclasses.replace(p, components={k: ComponentSpec("torch", "fp32") for k in p.components})

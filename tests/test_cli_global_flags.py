@@ -7,10 +7,10 @@ import json
 import subprocess
 import sys
 
-from fasttts_cli import gpu_stack
-from fasttts_cli.cli import _hoist_global_flags
-from fasttts_cli.cli_engines import _HERE
-from fasttts_cli.presets import load_preset
+from fasttts_cli.backends import gpu_stack
+from fasttts_cli.cli.commands import _hoist_global_flags
+from fasttts_cli.cli.engines import _HERE
+from fasttts_cli.spec.presets import load_preset
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:

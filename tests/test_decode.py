@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fasttts_cli.backends.onnxruntime.session import OrtSession, SessionOptions
 from fasttts_cli.indextts2 import decode as dec
 from fasttts_cli.indextts2.sampling import LineDecoder, SamplingParams
-from fasttts_cli.indextts2.sessions import OrtSession, SessionOptions
 from tests.parity import ParityCase, checkpoint_for, load_cases, parity_dir, rel
 
 torch = pytest.importorskip("torch")
@@ -33,7 +33,7 @@ def _trunk_for(ckpt: Path, folder: Path) -> Trunk:
         import yaml
 
         from fasttts_cli.build.export import export_graph, gpt_host_tables, trunk_spec
-        from fasttts_cli.build.unified_voice import load_unified_voice
+        from fasttts_cli.nets.unified_voice import load_unified_voice
 
         torch.set_num_threads(1)
         cfg = yaml.safe_load((ckpt / "config.yaml").read_text())
@@ -254,8 +254,8 @@ def test_reorder_kv_rows(idx: list[int]) -> None:
 
 
 def test_ort_session_interface(trunk: Trunk, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fasttts_cli.backends.onnxruntime.session import Session, open_session
     from fasttts_cli.errors import MissingDependencyError
-    from fasttts_cli.indextts2.sessions import Session, open_session
 
     sess = trunk.decoder.session
     assert isinstance(sess, Session)
@@ -298,7 +298,7 @@ def test_finished_long_line_frees_its_padding(trunk: Trunk) -> None:
 
 
 def test_decode_options_from_preset() -> None:
-    from fasttts_cli.presets import load_preset
+    from fasttts_cli.spec.presets import load_preset
 
     p = SamplingParams.from_options(load_preset("cpu-fp32").decode)
     assert (p.beams, p.top_k, p.top_p, p.temperature, p.repetition_penalty) == (3, 30, 0.8, 0.8, 10.0)

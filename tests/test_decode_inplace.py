@@ -11,10 +11,10 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
+from fasttts_cli.backends.onnxruntime.session import OrtSession, SessionOptions
 from fasttts_cli.indextts2 import decode as dec
 from fasttts_cli.indextts2.decode_inplace import InplaceGPTDecoder, KVBuffers, decoder_for
 from fasttts_cli.indextts2.sampling import LineDecoder, SamplingParams
-from fasttts_cli.indextts2.sessions import OrtSession, SessionOptions
 
 
 @dataclass
@@ -32,7 +32,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Pair:
     yaml = pytest.importorskip("yaml")
     from fasttts_cli.build.export import export_graph, gpt_host_tables, inplace_trunk_spec, trunk_spec
     from fasttts_cli.build.tiny import TINY, write_tiny_checkpoint
-    from fasttts_cli.build.unified_voice import load_unified_voice
+    from fasttts_cli.nets.unified_voice import load_unified_voice
 
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("inplace")

@@ -13,18 +13,18 @@ from typing import Any
 
 import pytest
 
-from fasttts_cli.build.release_layout import MAIN_REPO, default_hub, find_layout, repo_folder
-from fasttts_cli.cli import main
-from fasttts_cli.download import auxiliary_files, download_release, main_files
+from fasttts_cli.app.download import auxiliary_files, download_release, main_files
+from fasttts_cli.cli.commands import main
+from fasttts_cli.nets.release_layout import MAIN_REPO, default_hub, find_layout, repo_folder
 from tests.hf_hub_fake import MAIN_FILES, REV, hub_add, release_sources
 from tests.parity import CACHE
 
 hf = pytest.importorskip("huggingface_hub")
 torch = pytest.importorskip("torch")
 
-from fasttts_cli.build.checkpoint import CheckpointPaths, checkpoint_digest, load_checkpoint  # noqa: E402
-from fasttts_cli.build.config import load_config  # noqa: E402
 from fasttts_cli.build.tiny import ensure_tiny_checkpoint  # noqa: E402
+from fasttts_cli.nets.checkpoint import CheckpointPaths, checkpoint_digest, load_checkpoint  # noqa: E402
+from fasttts_cli.nets.config import load_config  # noqa: E402
 
 EXPECTED = {
     MAIN_REPO: set(MAIN_FILES),

@@ -9,10 +9,10 @@ from importlib import metadata
 import numpy as np
 import pytest
 
-from fasttts_cli import draft
-from fasttts_cli.draft import DraftSynthesizer, draft_count_tokens, find_piper
 from fasttts_cli.errors import ExitCode, MissingDependencyError
-from fasttts_cli.synthesizer import Synthesizer, SynthRequest, Voice
+from fasttts_cli.synth import draft
+from fasttts_cli.synth.draft import DraftSynthesizer, draft_count_tokens, find_piper
+from fasttts_cli.synth.synthesizer import Synthesizer, SynthRequest, Voice
 
 try:
     find_piper()
@@ -36,8 +36,8 @@ def test_count_tokens_is_characters_without_spaces():
 
 def test_piper_is_never_imported_in_our_process():
     code = (
-        "import sys; from fasttts_cli.draft import find_piper; import fasttts_cli.pipeline; "
-        "import fasttts_cli.cli; find_piper(); print('piper' in sys.modules)"
+        "import sys; from fasttts_cli.synth.draft import find_piper; import fasttts_cli.app.pipeline; "
+        "import fasttts_cli.cli.commands; find_piper(); print('piper' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from fasttts_cli.cli import main
-from fasttts_cli.draft import find_piper
+from fasttts_cli.cli.commands import main
 from fasttts_cli.errors import MissingDependencyError
+from fasttts_cli.synth.draft import find_piper
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
@@ -60,9 +60,9 @@ def workspace(tmp_path_factory) -> Path:
 
 
 def test_main_job_then_rerun_then_edit(capsys, workspace: Path):
-    from fasttts_cli.loudness_meter import measure_loudness
-    from fasttts_cli.mux import stream_md5
-    from fasttts_cli.probe import probe
+    from fasttts_cli.audio.loudness_meter import measure_loudness
+    from fasttts_cli.media.mux import stream_md5
+    from fasttts_cli.media.probe import probe
 
     script = workspace / "demo.tsv"
     out_dir = workspace / "out"
@@ -80,7 +80,7 @@ def test_main_job_then_rerun_then_edit(capsys, workspace: Path):
     assert abs(info.duration - probe(SAMPLES / "demo.mp4").duration) < 0.2
     assert stream_md5(video, "v") == stream_md5(SAMPLES / "demo.mp4", "v")  # video copied bit for bit
 
-    from fasttts_cli.audio import load_audio_channels
+    from fasttts_cli.audio.load import load_audio_channels
 
     lufs, tp = measure_loudness(load_audio_channels(video, 48000), 48000)
     assert abs(lufs - (-23.0)) < 0.5 and tp <= -1.0 + 0.3  # AAC may add a little inter-sample peak

@@ -28,7 +28,7 @@ from fasttts_cli.indextts2.engine import (
 )
 from fasttts_cli.indextts2.sampling import SamplingParams
 from fasttts_cli.indextts2.synthesizer import IndexTTS2Synthesizer, line_options
-from fasttts_cli.synthesizer import EmotionSpec, Synthesizer, SynthRequest
+from fasttts_cli.synth.synthesizer import EmotionSpec, Synthesizer, SynthRequest
 from tests.conftest_engine import *  # noqa: F403 (fixtures)
 
 FAST = {"max_tokens": 9, "steps": 3}  # keep every line short: seconds for the whole file
@@ -320,14 +320,14 @@ def test_mismatched_engine_is_refused(tiny_engine_dir: Path, tmp_path: Path, edi
 
 
 def test_runtime_preset_may_change_run_keys_only(tiny_engine_dir: Path) -> None:
-    from fasttts_cli.presets import load_preset
+    from fasttts_cli.spec.presets import load_preset
 
     p = load_preset("cpu-fp32")
     eng = IndexTTS2Engine.load(tiny_engine_dir, p.with_run_keys(decode={"beams": 1}, s2mel={"steps": 4}))
     assert eng.preset.decode.beams == 1 and eng.preset.s2mel.steps == 4
     from dataclasses import replace
 
-    from fasttts_cli.presets import Limits
+    from fasttts_cli.spec.presets import Limits
 
     with pytest.raises(EngineMismatchError, match=r"build-time keys: limits\.max_batch") as ei:
         IndexTTS2Engine.load(tiny_engine_dir, replace(p, limits=Limits(max_batch=2)))

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fasttts_cli.bench import BenchOptions, format_table, run_bench, to_json
 from fasttts_cli.errors import UsageError
 from fasttts_cli.indextts2.engine import NoStopDecoder, frames_for
 from fasttts_cli.indextts2.sampling import SamplingParams
+from fasttts_cli.tools.bench import BenchOptions, format_table, run_bench, to_json
 from tests.conftest_engine import *  # noqa: F403 (fixtures)
 
 
@@ -28,7 +28,7 @@ def test_no_stop_decoder_generates_exactly_n() -> None:
 
 
 def test_median_of_runs() -> None:
-    from fasttts_cli.bench import median_of_runs
+    from fasttts_cli.tools.bench import median_of_runs
 
     runs = [
         {"tokens": 4, "s": 1.0, "ms": {1: 10.0, 3: 30.0}, "name": "a", "ok": True},

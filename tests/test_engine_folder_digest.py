@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from fasttts_cli.engine_folder import component_sha256, file_sha256
+from fasttts_cli.spec.engine_folder import component_sha256, file_sha256
 
 
 def test_file_and_component_digests(tmp_path: Path) -> None:

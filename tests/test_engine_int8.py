@@ -20,14 +20,14 @@ pytest.importorskip("onnxruntime")
 @pytest.fixture(scope="module")
 def int8_engine_dir(tiny_engine_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     from fasttts_cli.build.quantize import convert_engine
-    from fasttts_cli.presets import load_preset
+    from fasttts_cli.spec.presets import load_preset
 
     out = tmp_path_factory.mktemp("int8") / "engine"
     return convert_engine(tiny_engine_dir, out, load_preset("cpu-int8"))
 
 
 def test_integer_forms_per_component(int8_engine_dir: Path) -> None:
-    from fasttts_cli.engine_folder import read_manifest
+    from fasttts_cli.spec.engine_folder import read_manifest
 
     m = read_manifest(int8_engine_dir)
     # many rows per call: dynamic int8 (weights int8 per channel, activations quantized per call)
@@ -98,8 +98,8 @@ def test_pieces_follow_the_engine_dit_precision(
 
     import yaml
 
-    from fasttts_cli.build.s2mel import load_s2mel
-    from fasttts_cli.s2mel_cache.export_pieces import PIECES_DIR, export_pieces_into_engine
+    from fasttts_cli.build.s2mel_pieces import PIECES_DIR, export_pieces_into_engine
+    from fasttts_cli.nets.s2mel import load_s2mel
 
     engine = Path(shutil.copytree(int8_engine_dir, tmp_path / "engine"))
     cfg = yaml.safe_load((tiny_checkpoint_dir / "config.yaml").read_text(encoding="utf-8"))["s2mel"]

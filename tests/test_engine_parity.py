@@ -16,7 +16,7 @@ import pytest
 
 from fasttts_cli.indextts2.engine import CFMInputs, IndexTTS2Engine, euler_times
 from fasttts_cli.indextts2.synthesizer import IndexTTS2Synthesizer
-from fasttts_cli.synthesizer import EmotionSpec
+from fasttts_cli.synth.synthesizer import EmotionSpec
 from tests.conftest_engine import *  # noqa: F403 (fixtures)
 from tests.parity import ParityCase, rel
 

@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from fasttts_cli.build.checkpoint import load_checkpoint  # noqa: E402
+from fasttts_cli.backends.onnxruntime.session import OrtSession, SessionOptions  # noqa: E402
 from fasttts_cli.build.export import (  # noqa: E402
     ExportError,
     build_engine,
@@ -19,7 +19,6 @@ from fasttts_cli.build.export import (  # noqa: E402
     verify_graph,
 )
 from fasttts_cli.build.tiny import TINY_CONFIG, ensure_tiny_checkpoint  # noqa: E402
-from fasttts_cli.engine_folder import read_manifest  # noqa: E402
 from fasttts_cli.errors import UsageError  # noqa: E402
 from fasttts_cli.indextts2 import decode as dec  # noqa: E402
 from fasttts_cli.indextts2.decode_inplace import (  # noqa: E402
@@ -28,8 +27,9 @@ from fasttts_cli.indextts2.decode_inplace import (  # noqa: E402
     inplace_inputs,
 )
 from fasttts_cli.indextts2.sampling import SamplingParams  # noqa: E402
-from fasttts_cli.indextts2.sessions import OrtSession, SessionOptions  # noqa: E402
-from fasttts_cli.presets import load_preset  # noqa: E402
+from fasttts_cli.nets.checkpoint import load_checkpoint  # noqa: E402
+from fasttts_cli.spec.engine_folder import read_manifest  # noqa: E402
+from fasttts_cli.spec.presets import load_preset  # noqa: E402
 from tests.parity import CACHE, ParityCase, rel  # noqa: E402
 
 COMPONENTS = {
@@ -104,7 +104,7 @@ def test_conditioners_export_band_by_band(
     its own plain MatMul initializer, and ONNX Runtime matches the module's one wide Linear."""
     import onnx
 
-    from fasttts_cli.build import conformer
+    from fasttts_cli.nets import conformer
 
     mods = load_checkpoint(tiny)
     monkeypatch.setattr(conformer, "FREQ_GROUP", 4)

@@ -7,8 +7,8 @@ import pytest
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
-from fasttts_cli.build.bigvgan import LowPassFilter1d, UpSample1d, replicate_rows  # noqa: E402
-from fasttts_cli.build.wavenet import pad_rows  # noqa: E402
+from fasttts_cli.nets.bigvgan import LowPassFilter1d, UpSample1d, replicate_rows  # noqa: E402
+from fasttts_cli.nets.wavenet import pad_rows  # noqa: E402
 
 
 @pytest.mark.parametrize("n", [7, 12, 13, 101])
@@ -47,14 +47,14 @@ def test_replicate_rows_matches_per_row_padding_where_it_is_read() -> None:
 
 
 def test_export_form_is_used_only_while_exporting() -> None:
-    from fasttts_cli.build import bigvgan
+    from fasttts_cli.nets import bigvgan
 
     assert not bigvgan._export_form(12, 2)
 
 
 def test_relative_key_bias_equals_transformers_einsum() -> None:
     hf = pytest.importorskip("transformers.models.wav2vec2_bert.modeling_wav2vec2_bert")
-    from fasttts_cli.build.w2v_bert import _relative_key_bias
+    from fasttts_cli.nets.w2v_bert import _relative_key_bias
 
     class Attn(torch.nn.Module):
         left_max_position_embeddings = 64
@@ -75,7 +75,7 @@ def test_relative_key_bias_equals_transformers_einsum() -> None:
 
 def test_conv_module_as_matmuls_equals_transformers_conv_module() -> None:
     hf = pytest.importorskip("transformers.models.wav2vec2_bert.modeling_wav2vec2_bert")
-    from fasttts_cli.build.w2v_bert import _conv_module_as_matmuls, _conv_modules_as_matmuls
+    from fasttts_cli.nets.w2v_bert import _conv_module_as_matmuls, _conv_modules_as_matmuls
 
     cfg = hf.Wav2Vec2BertConfig(hidden_size=24, conv_depthwise_kernel_size=5)
     torch.manual_seed(0)
@@ -97,11 +97,7 @@ def test_conv_module_as_matmuls_equals_transformers_conv_module() -> None:
 
 @pytest.mark.parametrize(("input_size", "width"), [(64, 5), (64, 31), (64, 64), (17, 4)])
 def test_banded_subsampling_equals_one_wide_linear(input_size: int, width: int) -> None:
-    from fasttts_cli.build.conformer import (
-        ConformerConfig,
-        Conv2dSubsampling2,
-        subsampling_in_freq_groups,
-    )
+    from fasttts_cli.nets.conformer import ConformerConfig, Conv2dSubsampling2, subsampling_in_freq_groups
 
     torch.manual_seed(input_size + width)
     sub = Conv2dSubsampling2(ConformerConfig(input_size, 8, 2, 16, 1, max_len=64)).eval()
@@ -125,7 +121,7 @@ def test_banded_subsampling_equals_one_wide_linear(input_size: int, width: int) 
 def test_dit_attention_additive_mask_equals_bool_mask() -> None:
     from types import SimpleNamespace
 
-    from fasttts_cli.build.dit import Attention, apply_rope, rope_table
+    from fasttts_cli.nets.dit import Attention, apply_rope, rope_table
 
     attn = Attention(SimpleNamespace(hidden_dim=32, num_heads=4, head_dim=8))  # type: ignore[arg-type]
     g = torch.Generator().manual_seed(2)
@@ -153,8 +149,8 @@ def test_dit_attention_as_ort_contrib_ops_equals_standard_export(tmp_path, mask_
 
     onnx = pytest.importorskip("onnx")
     ort = pytest.importorskip("onnxruntime")
-    from fasttts_cli.build.dit import Attention, rope_table, use_ort_attention
     from fasttts_cli.build.quantize import count_ops
+    from fasttts_cli.nets.dit import Attention, rope_table, use_ort_attention
 
     class Wrap(torch.nn.Module):
         def __init__(self) -> None:
@@ -207,7 +203,7 @@ def test_wavenet_conv_as_matmul_equals_plain_conv(kernel: int, dilation: int, tm
     onnx = pytest.importorskip("onnx")
     ort = pytest.importorskip("onnxruntime")
     from fasttts_cli.build.quantize import count_ops
-    from fasttts_cli.build.wavenet import SConv1d
+    from fasttts_cli.nets.wavenet import SConv1d
 
     torch.manual_seed(dilation)
     conv = SConv1d(6, 10, kernel, dilation=dilation).eval()
@@ -240,7 +236,7 @@ def test_head_crop_keeps_every_velocity_the_cfm_uses() -> None:
     """DiT.head on frames [min(prompt_lens) - margin, T) only: v from each row's prompt end on equals the
     uncropped head's (the WaveNet reads at most `head_margin` frames to the left), zero before the crop;
     the CFM result is then the same, with and without the per-row reflect padding."""
-    from fasttts_cli.build.random_model import dit_config, random_dit
+    from fasttts_cli.nets.random_model import dit_config, random_dit
 
     dit = random_dit(dit_config(hidden=64, depth=3, heads=2, content_dim=64, style_dim=192, wavenet_layers=3))
     assert dit.head_margin == 3 * 2  # three k=5 layers, dilation 1
@@ -290,7 +286,7 @@ def test_contrib_op_forms_only_for_onnxruntime_cpu_graphs() -> None:
     """TensorRT cannot parse contrib ops and the CUDA graphs go through the fp16 converter: only CPU
     presets' DiT graphs (and the s2mel pieces, always run on the CPU provider) take them."""
     from fasttts_cli.build.export import ort_contrib_fits
-    from fasttts_cli.presets import load_preset
+    from fasttts_cli.spec.presets import load_preset
 
     assert ort_contrib_fits(load_preset("cpu-fp32").components["dit"])
     assert ort_contrib_fits(load_preset("cpu-int8").components["dit"])

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 import soundfile as sf
 
-from fasttts_cli import pipeline
-from fasttts_cli.cache import LineCache
-from fasttts_cli.cli import main
-from fasttts_cli.ffmpeg import run_ffmpeg
+from fasttts_cli.app import pipeline
+from fasttts_cli.cli.commands import main
+from fasttts_cli.dubbing.cache import LineCache
+from fasttts_cli.media.ffmpeg import run_ffmpeg
 from fasttts_cli.partials import os_error_message, parse_partial
 from tests.test_pipeline import FakeSynth, write_job_folder
 

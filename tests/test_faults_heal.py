@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fasttts_cli import assembly, pipeline
-from fasttts_cli.cache import LineCache, audio_checksum, check_hits
-from fasttts_cli.cli import main
+from fasttts_cli.app import assembly, pipeline
+from fasttts_cli.app.pipeline import DubOptions, run_dub
+from fasttts_cli.app.progress import QUIET, Reporter
+from fasttts_cli.cli.commands import main
+from fasttts_cli.dubbing.cache import LineCache, audio_checksum, check_hits
 from fasttts_cli.errors import FastTTSError
-from fasttts_cli.pipeline import DubOptions, run_dub
-from fasttts_cli.progress import QUIET, Reporter
 from tests.test_pipeline import FakeSynth, make_job
 
 LINE2 = "Second line, a bit longer."

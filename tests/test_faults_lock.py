@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from fasttts_cli.blockio import AudioFileWriter
+from fasttts_cli.audio.blockio import AudioFileWriter
+from fasttts_cli.dubbing.worklock import OWNER_NAME, hold_work_dir, read_owner
 from fasttts_cli.errors import UsageError
 from fasttts_cli.partials import parse_partial, partial_path, sweep_partials
-from fasttts_cli.worklock import OWNER_NAME, hold_work_dir, read_owner
 from tests.test_pipeline import write_job_folder
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RUNNER = r"""
 import os, sys, time
 from pathlib import Path
-from fasttts_cli import pipeline
+from fasttts_cli.app import pipeline
 from tests.test_pipeline import FakeSynth
 
 class Gated(FakeSynth):
@@ -42,7 +42,7 @@ class Gated(FakeSynth):
         return super().synthesize(requests)
 
 pipeline.load_synthesizer = lambda *a, **k: Gated()
-from fasttts_cli.cli import main
+from fasttts_cli.cli.commands import main
 main(sys.argv[1:])
 """
 

@@ -23,7 +23,7 @@ from fasttts_cli.build.fp16 import (  # noqa: E402
     tensor_types,
 )
 from fasttts_cli.build.quantize import apply_precision, compare_outputs  # noqa: E402
-from fasttts_cli.presets import ComponentSpec  # noqa: E402
+from fasttts_cli.spec.presets import ComponentSpec  # noqa: E402
 
 
 class _Block(torch.nn.Module):

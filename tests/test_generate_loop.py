@@ -16,13 +16,13 @@ from typing import Any
 import numpy as np
 import pytest
 
+from fasttts_cli.backends.onnxruntime.session import OrtSession, SessionOptions
 from fasttts_cli.backends.protocol import GPTSteps, StepOutput
 from fasttts_cli.indextts2 import decode as dec
 from fasttts_cli.indextts2 import generate_loop as loop
 from fasttts_cli.indextts2.decode_inplace import InplaceGPTDecoder, decoder_for
 from fasttts_cli.indextts2.gpt_trtllm import LinePrompt, TrtllmGPT
 from fasttts_cli.indextts2.sampling import LineDecoder, SamplingParams
-from fasttts_cli.indextts2.sessions import OrtSession, SessionOptions
 
 
 @dataclass
@@ -36,11 +36,11 @@ class Backends:
 def backends(tmp_path_factory: pytest.TempPathFactory) -> Backends:
     torch = pytest.importorskip("torch")
     yaml = pytest.importorskip("yaml")
-    from fasttts_cli.build import trtllm_convert as tc
+    from fasttts_cli.backends.tensorrt_llm import trtllm_convert as tc
     from fasttts_cli.build.export import export_graph, gpt_host_tables, inplace_trunk_spec, trunk_spec
     from fasttts_cli.build.tiny import TINY, write_tiny_checkpoint
-    from fasttts_cli.build.unified_voice import load_unified_voice
-    from fasttts_cli.torch_backend.decode_torch import DecodeSettings, TorchGPT
+    from fasttts_cli.indextts2.decode_torch import DecodeSettings, TorchGPT
+    from fasttts_cli.nets.unified_voice import load_unified_voice
 
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("loop")
@@ -238,7 +238,7 @@ def test_engine_decode_options_are_the_sampler_params(tmp_path: Path) -> None:
     coercer checks preset files and request overrides alike."""
     from fasttts_cli.errors import InputError
     from fasttts_cli.indextts2.synthesizer import line_options
-    from fasttts_cli.presets import DecodeOptions, Preset, parse_preset
+    from fasttts_cli.spec.presets import DecodeOptions, Preset, parse_preset
 
     assert issubclass(SamplingParams, DecodeOptions)
     opts = line_options(Preset(name="x"), {"num_beams": 2, "top_k": 7.0, "max_mel_tokens": 9})

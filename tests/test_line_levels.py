@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from fasttts_cli.loudness_meter import line_loudness
-from fasttts_cli.pipeline import DubOptions, run_dub
-from fasttts_cli.synthesizer import SynthRequest, SynthResult
-from fasttts_cli.tempo import change_tempo
+from fasttts_cli.app.pipeline import DubOptions, run_dub
+from fasttts_cli.audio.loudness_meter import line_loudness
+from fasttts_cli.audio.tempo import change_tempo
+from fasttts_cli.synth.synthesizer import SynthRequest, SynthResult
 from tests.test_pipeline import FakeSynth
 
 SR = 24000

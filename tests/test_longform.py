@@ -16,15 +16,13 @@ import pyloudnorm
 import pytest
 import soundfile as sf
 
-from fasttts_cli import assembly, pipeline
-from fasttts_cli.audio import AudioReader, load_audio_channels
-from fasttts_cli.blockio import AudioFileWriter, DiskArray, MemArray, export_audio
-from fasttts_cli.cache import atomic_write_json, atomic_write_text
-from fasttts_cli.ffmpeg import run_ffmpeg
-from fasttts_cli.limiter import LimiterStream, limiter_gain
-from fasttts_cli.loudness import ArraySource, normalize_report, normalize_stream
-from fasttts_cli.loudness_meter import LoudnessMeter, TruePeakMeter, integrated_loudness, true_peak
-from fasttts_cli.mix import (
+from fasttts_cli.app import assembly, pipeline
+from fasttts_cli.audio.blockio import AudioFileWriter, DiskArray, MemArray, export_audio
+from fasttts_cli.audio.limiter import LimiterStream, limiter_gain
+from fasttts_cli.audio.load import AudioReader, load_audio_channels
+from fasttts_cli.audio.loudness import ArraySource, normalize_report, normalize_stream
+from fasttts_cli.audio.loudness_meter import LoudnessMeter, TruePeakMeter, integrated_loudness, true_peak
+from fasttts_cli.audio.mix import (
     DuckOptions,
     array_reader,
     duck_gain,
@@ -34,7 +32,9 @@ from fasttts_cli.mix import (
     place_clips,
     render_timeline,
 )
-from fasttts_cli.synthesizer import EmotionSpec, SynthRequest, SynthResult, Voice
+from fasttts_cli.dubbing.cache import atomic_write_json, atomic_write_text
+from fasttts_cli.media.ffmpeg import run_ffmpeg
+from fasttts_cli.synth.synthesizer import EmotionSpec, SynthRequest, SynthResult, Voice
 
 SR = 48000
 

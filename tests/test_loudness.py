@@ -3,9 +3,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fasttts_cli.limiter import limit
-from fasttts_cli.loudness import level_line, normalize_loudness, normalize_report
-from fasttts_cli.loudness_meter import integrated_loudness, line_loudness, measure_loudness, true_peak
+from fasttts_cli.audio.limiter import limit
+from fasttts_cli.audio.loudness import level_line, normalize_loudness, normalize_report
+from fasttts_cli.audio.loudness_meter import integrated_loudness, line_loudness, measure_loudness, true_peak
 
 SR = 48000
 

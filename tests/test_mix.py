@@ -3,8 +3,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fasttts_cli.audio.mix import DuckOptions, duck_gain, mix_tracks, render_timeline, timeline_overrun
 from fasttts_cli.errors import UsageError
-from fasttts_cli.mix import DuckOptions, duck_gain, mix_tracks, render_timeline, timeline_overrun
 
 SR = 48000
 

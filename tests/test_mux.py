@@ -5,12 +5,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fasttts_cli.audio import load_audio, load_audio_channels
+from fasttts_cli.audio.load import load_audio, load_audio_channels
 from fasttts_cli.errors import InputError, UsageError
-from fasttts_cli.ffmpeg import run_ffmpeg
-from fasttts_cli.mux import container_lang, mux, normalize_lang, stream_md5, write_audio
+from fasttts_cli.media.ffmpeg import run_ffmpeg
+from fasttts_cli.media.mux import container_lang, mux, normalize_lang, stream_md5, write_audio
+from fasttts_cli.media.probe import parse_ffmpeg_info, probe, require_video
 from fasttts_cli.partials import existing_partials
-from fasttts_cli.probe import parse_ffmpeg_info, probe, require_video
 
 SR = 48000
 

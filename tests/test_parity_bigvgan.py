@@ -10,8 +10,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from fasttts_cli.build.bigvgan import BigVGAN, BigVGANConfig, load_bigvgan, wav_to_int16  # noqa: E402
-from fasttts_cli.build.weights import CheckpointKeyError  # noqa: E402
+from fasttts_cli.nets.bigvgan import BigVGAN, BigVGANConfig, load_bigvgan, wav_to_int16  # noqa: E402
+from fasttts_cli.nets.weights import CheckpointKeyError  # noqa: E402
 from tests.parity import ParityCase, rel  # noqa: E402
 
 pytestmark = pytest.mark.parity

@@ -91,21 +91,21 @@ def test_w2v_features_batch_pads_like_the_extractor(parity_case: ParityCase) -> 
 
 @functools.cache
 def _w2v(ckpt: Path):
-    from fasttts_cli.build.w2v_bert import load_w2v_bert
+    from fasttts_cli.nets.w2v_bert import load_w2v_bert
 
     return load_w2v_bert(ckpt / "hf_cache" / "w2v-bert-2.0", ckpt / _config(ckpt)["w2v_stat"])
 
 
 @functools.cache
 def _codec(ckpt: Path):
-    from fasttts_cli.build.codec import load_codec
+    from fasttts_cli.nets.codec import load_codec
 
     return load_codec(ckpt / "hf_cache" / "semantic_codec_model.safetensors", _config(ckpt)["semantic_codec"])
 
 
 @functools.cache
 def _campplus(ckpt: Path):
-    from fasttts_cli.build.campplus import load_campplus
+    from fasttts_cli.nets.campplus import load_campplus
 
     return load_campplus(ckpt / "hf_cache" / "campplus_cn_common.bin")
 

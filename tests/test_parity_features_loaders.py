@@ -13,8 +13,8 @@ import pytest
 torch = pytest.importorskip("torch")
 safetensors_torch = pytest.importorskip("safetensors.torch")
 
-from fasttts_cli.build.weights import CheckpointKeyError  # noqa: E402
 from fasttts_cli.errors import InputError  # noqa: E402
+from fasttts_cli.nets.weights import CheckpointKeyError  # noqa: E402
 
 
 def _gen(seed: int = 0) -> torch.Generator:
@@ -59,7 +59,7 @@ def tiny_w2v(tmp_path: Path) -> tuple[Path, Path, torch.nn.Module]:
 
 
 def test_w2v_bert_cut_at_17_matches_transformers(tiny_w2v) -> None:
-    from fasttts_cli.build.w2v_bert import load_w2v_bert
+    from fasttts_cli.nets.w2v_bert import load_w2v_bert
 
     folder, stats_path, full = tiny_w2v
     ours = load_w2v_bert(folder, stats_path)
@@ -84,7 +84,7 @@ def test_w2v_bert_cut_at_17_matches_transformers(tiny_w2v) -> None:
 
 def test_w2v_bert_all_layers_runs_the_originals_depth_and_reads_17(tiny_w2v) -> None:
     """The bench's eager side: every layer built and run (as the original does), layer 17 read."""
-    from fasttts_cli.build.w2v_bert import load_w2v_bert
+    from fasttts_cli.nets.w2v_bert import load_w2v_bert
 
     folder, stats_path, _ = tiny_w2v
     cut, every = load_w2v_bert(folder, stats_path), load_w2v_bert(folder, stats_path, all_layers=True)
@@ -100,7 +100,7 @@ def test_w2v_bert_all_layers_runs_the_originals_depth_and_reads_17(tiny_w2v) -> 
 
 
 def test_w2v_bert_missing_key_names_file_and_key(tiny_w2v) -> None:
-    from fasttts_cli.build.w2v_bert import load_w2v_bert
+    from fasttts_cli.nets.w2v_bert import load_w2v_bert
 
     folder, stats_path, _ = tiny_w2v
     state = safetensors_torch.load_file(folder / "model.safetensors")
@@ -113,7 +113,7 @@ def test_w2v_bert_missing_key_names_file_and_key(tiny_w2v) -> None:
 
 
 def test_w2v_bert_too_few_layers_is_an_error(tiny_w2v) -> None:
-    from fasttts_cli.build.w2v_bert import load_w2v_bert
+    from fasttts_cli.nets.w2v_bert import load_w2v_bert
 
     folder, stats_path, _ = tiny_w2v
     cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
@@ -124,7 +124,7 @@ def test_w2v_bert_too_few_layers_is_an_error(tiny_w2v) -> None:
 
 
 def _tiny_codec_file(tmp_path: Path) -> tuple[Path, torch.nn.Module]:
-    from fasttts_cli.build.codec import CodecSizes, SemanticCodec
+    from fasttts_cli.nets.codec import CodecSizes, SemanticCodec
 
     codec = SemanticCodec(CodecSizes(1024, 16, 24, 2, 8192, 8)).eval()
     _randomize(codec, seed=3)
@@ -134,7 +134,7 @@ def _tiny_codec_file(tmp_path: Path) -> tuple[Path, torch.nn.Module]:
 
 
 def test_codec_loads_sizes_from_tensors_and_checks_config(tmp_path: Path) -> None:
-    from fasttts_cli.build.codec import load_codec
+    from fasttts_cli.nets.codec import load_codec
 
     path, ref = _tiny_codec_file(tmp_path)
     codec = load_codec(path, {"vocos_dim": 16, "vocos_num_layers": 2, "codebook_size": 8192})
@@ -162,7 +162,7 @@ def test_codec_loads_sizes_from_tensors_and_checks_config(tmp_path: Path) -> Non
 
 
 def test_codec_unused_decoder_keys_are_still_required(tmp_path: Path) -> None:
-    from fasttts_cli.build.codec import load_codec
+    from fasttts_cli.nets.codec import load_codec
 
     path, _ = _tiny_codec_file(tmp_path)
     state = safetensors_torch.load_file(path)
@@ -173,7 +173,7 @@ def test_codec_unused_decoder_keys_are_still_required(tmp_path: Path) -> None:
 
 
 def test_campplus_sizes_from_tensors_and_strict_keys(tmp_path: Path) -> None:
-    from fasttts_cli.build.campplus import CAMPPlus, load_campplus
+    from fasttts_cli.nets.campplus import CAMPPlus, load_campplus
 
     ref = CAMPPlus(
         embedding_size=24, init_channels=32, growth=8, bottleneck=16, block_layers=(2, 3, 1)

@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 yaml = pytest.importorskip("yaml")
 
-from fasttts_cli.build.unified_voice import (  # noqa: E402
+from fasttts_cli.nets.unified_voice import (  # noqa: E402
     EmotionConditionerGraph,
     Prefix,
     SpeakerConditionerGraph,
@@ -22,7 +22,7 @@ from fasttts_cli.build.unified_voice import (  # noqa: E402
     UnifiedVoiceConfig,
     load_unified_voice,
 )
-from fasttts_cli.build.weights import CheckpointKeyError  # noqa: E402
+from fasttts_cli.nets.weights import CheckpointKeyError  # noqa: E402
 from tests.parity import ParityCase, rel  # noqa: E402
 
 TOL = 1e-4  # parity README: fp32 stage outputs

@@ -10,8 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 yaml = pytest.importorskip("yaml")
 
-from fasttts_cli.build.s2mel import S2Mel, build_s2mel, load_s2mel, target_lengths  # noqa: E402
-from fasttts_cli.build.weights import CheckpointKeyError  # noqa: E402
+from fasttts_cli.nets.s2mel import S2Mel, build_s2mel, load_s2mel, target_lengths  # noqa: E402
+from fasttts_cli.nets.weights import CheckpointKeyError  # noqa: E402
 from tests.parity import ParityCase, rel  # noqa: E402
 
 pytestmark = pytest.mark.parity
@@ -78,7 +78,7 @@ def test_content_from_stored_vq2emb(parity_case: ParityCase, s2mel: S2Mel) -> No
 @torch.no_grad()
 def test_content_with_codec_vq2emb(parity_case: ParityCase, s2mel: S2Mel, parity_checkpoint: Path) -> None:
     need(parity_case, "gpt_forced_codes", "s2mel_vq2emb")
-    codec_mod = pytest.importorskip("fasttts_cli.build.codec")  # the features engineer's module
+    codec_mod = pytest.importorskip("fasttts_cli.nets.codec")  # the features engineer's module
     codec = codec_mod.load_codec(
         parity_checkpoint / "hf_cache" / "semantic_codec_model.safetensors",
         _config(parity_checkpoint)["semantic_codec"],
@@ -317,9 +317,9 @@ def test_full_size_parameter_counts() -> None:
             "style_condition": True,
         },
     }
-    from fasttts_cli.build.dit import DiT, DiTConfig
-    from fasttts_cli.build.s2mel import CFM, GptLayer, LengthRegulator
-    from fasttts_cli.build.wavenet import WaveNetConfig
+    from fasttts_cli.nets.dit import DiT, DiTConfig
+    from fasttts_cli.nets.s2mel import CFM, GptLayer, LengthRegulator
+    from fasttts_cli.nets.wavenet import WaveNetConfig
 
     wn = full["wavenet"]
     dit = DiT(

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from fasttts_cli.cache import line_seed
+from fasttts_cli.app.job import DubOptions, GuardBand, OutputPaths, format_ranges, resolve_outputs
+from fasttts_cli.app.pipeline import run_dub
+from fasttts_cli.dubbing.cache import line_seed
 from fasttts_cli.errors import ExitCode, SynthesisError, UsageError
-from fasttts_cli.job import DubOptions, GuardBand, OutputPaths, format_ranges, resolve_outputs
-from fasttts_cli.pipeline import run_dub
-from fasttts_cli.synthesizer import EmotionSpec, SynthRequest, SynthResult, Voice
+from fasttts_cli.synth.synthesizer import EmotionSpec, SynthRequest, SynthResult, Voice
 
 SR = 24000
 
@@ -229,7 +229,7 @@ def test_ranges():
 
 
 def test_progress_events(job: DubOptions, tmp_path: Path):
-    from fasttts_cli.progress import QUIET, Reporter
+    from fasttts_cli.app.progress import QUIET, Reporter
 
     events = tmp_path / "events.jsonl"
     rep = Reporter(verbosity=QUIET, jsonl=str(events))

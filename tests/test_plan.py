@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from fasttts_cli.cues import Cue
+from fasttts_cli.dubbing.cues import Cue
+from fasttts_cli.dubbing.plan import Plan, clean_text, forecast, make_plan, parse_only
+from fasttts_cli.dubbing.readers import read_script
+from fasttts_cli.dubbing.speakers import VoiceMap
 from fasttts_cli.errors import UsageError
-from fasttts_cli.plan import Plan, clean_text, forecast, make_plan, parse_only
-from fasttts_cli.readers import read_script
-from fasttts_cli.speakers import VoiceMap
 
 A, B, N = Path("alice.wav"), Path("bob.wav"), Path("narrator.wav")
 VOICES = VoiceMap(default=N, named={"ALICE": A, "BOB": B})

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from fasttts_cli import gpu_stack
+from fasttts_cli.backends import gpu_stack
 from fasttts_cli.errors import InputError
-from fasttts_cli.presets import available_presets, load_preset, parse_preset
+from fasttts_cli.spec.presets import available_presets, load_preset, parse_preset
 
 DIT_INT8 = 'dit = { backend = "onnxruntime-cpu", precision = "int8", method = "dynamic", per_channel = true }'
 SHIPPED = ("cpu-fp32", "cpu-int8", "cpu-int4", "fp16", "w8a16", "w4a16")

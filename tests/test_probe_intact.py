@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from fasttts_cli import intact
 from fasttts_cli.errors import InputError
-from fasttts_cli.ffmpeg import ffmpeg_path, run_ffmpeg
-from fasttts_cli.probe import probe, require_video
+from fasttts_cli.media import intact
+from fasttts_cli.media.ffmpeg import ffmpeg_path, run_ffmpeg
+from fasttts_cli.media.probe import probe, require_video
 from tests.test_cli import ALICE, SAMPLES, one_error_line, run
 
 DEMO = SAMPLES / "demo.mp4"

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from fasttts_cli import assembly
-from fasttts_cli.pipeline import DubOptions, run_dub
-from fasttts_cli.progress import QUIET, STAGE_PROGRESS_INTERVAL, Reporter
-from fasttts_cli.single_line import SynthOptions, synth_one
-from fasttts_cli.synthesizer import SynthRequest, SynthResult, deliver, synthesize_rows
+from fasttts_cli.app import assembly
+from fasttts_cli.app.pipeline import DubOptions, run_dub
+from fasttts_cli.app.progress import QUIET, STAGE_PROGRESS_INTERVAL, Reporter
+from fasttts_cli.app.single_line import SynthOptions, synth_one
+from fasttts_cli.synth.synthesizer import SynthRequest, SynthResult, deliver, synthesize_rows
 from tests.test_pipeline import FakeSynth, make_job
 
 
@@ -126,7 +126,7 @@ def test_a_failing_callback_is_not_taken_for_a_failing_line():
 
 def test_stage_progress_reaches_total_for_every_assembly_stage(job, tmp_path, monkeypatch):
     monkeypatch.setattr(assembly, "ASSEMBLY_BLOCK", 4800)  # 0.1 s blocks: ~80 of them
-    monkeypatch.setattr("fasttts_cli.progress.STAGE_PROGRESS_INTERVAL", 0.0)  # every event gets through
+    monkeypatch.setattr("fasttts_cli.app.progress.STAGE_PROGRESS_INTERVAL", 0.0)  # every event gets through
     events = tmp_path / "ev.jsonl"
     rep = Reporter(verbosity=QUIET, jsonl=str(events))
     run_dub(job, rep, synthesizer=FakeSynth())
@@ -153,7 +153,7 @@ def test_stage_progress_reaches_total_for_every_assembly_stage(job, tmp_path, mo
 
 def test_stage_progress_is_rate_limited_but_keeps_first_and_last(tmp_path, monkeypatch):
     clock = [100.0]
-    monkeypatch.setattr("fasttts_cli.progress.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("fasttts_cli.app.progress.time.monotonic", lambda: clock[0])
     events = tmp_path / "ev.jsonl"
     rep = Reporter(verbosity=QUIET, jsonl=str(events))
     for k in range(1, 10001):
@@ -169,7 +169,7 @@ def test_stage_progress_is_rate_limited_but_keeps_first_and_last(tmp_path, monke
 
 
 def test_mux_reports_ffmpeg_progress_against_the_duration(tmp_path):
-    from fasttts_cli.ffmpeg import run_ffmpeg
+    from fasttts_cli.media.ffmpeg import run_ffmpeg
 
     seen: list[float] = []
     out = tmp_path / "tone.m4a"
@@ -208,7 +208,7 @@ def test_bars_go_to_stderr_only(job, tmp_path, capsys):
 
 def test_build_command_reports_each_component(tmp_path, monkeypatch, capsys):
     from fasttts_cli.build import export
-    from fasttts_cli.cli import main
+    from fasttts_cli.cli.commands import main
 
     names = ["w2v_bert", "campplus", "bigvgan"]
 
@@ -256,7 +256,7 @@ def test_each_loudness_pass_reports_its_end_even_in_one_block(tmp_path):
 
 
 def test_mux_progress_comes_from_ffmpeg(job, tmp_path, monkeypatch):
-    from fasttts_cli import ffmpeg
+    from fasttts_cli.media import ffmpeg
 
     video = tmp_path / "in.mp4"
     ffmpeg.run_ffmpeg(
@@ -273,7 +273,7 @@ def test_mux_progress_comes_from_ffmpeg(job, tmp_path, monkeypatch):
         return real(cmd, lambda t: (times.append(t), on_time(t)))
 
     monkeypatch.setattr(ffmpeg, "_run_reporting", spy)
-    monkeypatch.setattr("fasttts_cli.progress.STAGE_PROGRESS_INTERVAL", 0.0)
+    monkeypatch.setattr("fasttts_cli.app.progress.STAGE_PROGRESS_INTERVAL", 0.0)
     job.video = video
     events = tmp_path / "ev.jsonl"
     rep = Reporter(verbosity=QUIET, jsonl=str(events))

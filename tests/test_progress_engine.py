@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from fasttts_cli.indextts2.synthesizer import IndexTTS2Synthesizer
-from fasttts_cli.synthesizer import SynthRequest, Voice
+from fasttts_cli.synth.synthesizer import SynthRequest, Voice
 from tests.conftest_engine import *  # noqa: F403 (fixtures)
 
 FAST = {"max_tokens": 9, "steps": 3}
@@ -76,7 +76,7 @@ def test_indextts2_reports_each_line_when_its_audio_is_out(
     importlib.util.find_spec("piper") is None, reason="the draft voice (piper-tts) is not installed"
 )
 def test_draft_reports_each_line_as_piper_writes_it() -> None:
-    from fasttts_cli.draft import DraftSynthesizer
+    from fasttts_cli.synth.draft import DraftSynthesizer
 
     s = DraftSynthesizer(deterministic=True)
     v = Voice("x", Path("x.wav"), "0")
@@ -108,7 +108,7 @@ def test_build_reports_each_component(tiny_checkpoint_dir: Path, tmp_path: Path)
 def test_build_says_where_the_engine_went_once(
     tiny_checkpoint_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from fasttts_cli.cli import main
+    from fasttts_cli.cli.commands import main
 
     with pytest.raises(SystemExit) as ei:
         main(["build", "--checkpoint", str(tiny_checkpoint_dir), "--out", str(tmp_path / "e")])

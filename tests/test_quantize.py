@@ -22,7 +22,7 @@ from fasttts_cli.build.quantize import (  # noqa: E402
     quantize_file,
 )
 from fasttts_cli.build.quantize_blocks import QuantizeError, dequantize_blocks, quantize_blocks  # noqa: E402
-from fasttts_cli.presets import ComponentSpec, load_preset  # noqa: E402
+from fasttts_cli.spec.presets import ComponentSpec, load_preset  # noqa: E402
 
 K, N, M = 200, 96, 64  # K deliberately not a multiple of the block sizes
 
@@ -224,8 +224,8 @@ def trunk_onnx(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fixture
     """The parity checkpoint's trunk in both graph forms (decode.py's and decode_inplace.py's)."""
     torch = pytest.importorskip("torch")
     yaml = pytest.importorskip("yaml")
-    from fasttts_cli.build.unified_voice import TrunkGraph, load_unified_voice
     from fasttts_cli.indextts2 import decode as dec
+    from fasttts_cli.nets.unified_voice import TrunkGraph, load_unified_voice
     from tests.parity import checkpoint_for, load_cases
 
     cases = load_cases()
@@ -269,9 +269,9 @@ def trunk_onnx(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fixture
 
 def _decoder(path: Path):
     """The runtime's decoder for either trunk form (decode_inplace.decoder_for)."""
+    from fasttts_cli.backends.onnxruntime.session import OrtSession, SessionOptions
     from fasttts_cli.indextts2.decode import HostEmbeddings
     from fasttts_cli.indextts2.decode_inplace import decoder_for
-    from fasttts_cli.indextts2.sessions import OrtSession, SessionOptions
 
     sess = OrtSession(path, SessionOptions(threads=1))
     layers = sum(1 for i in sess.inputs if i.name.startswith("past_key_"))
@@ -288,8 +288,8 @@ def _forced(path: Path, case) -> tuple[np.ndarray, np.ndarray]:
 def test_parity_trunk_int8_int4(trunk_onnx: Path, parity_case) -> None:
     torch = pytest.importorskip("torch")
     yaml = pytest.importorskip("yaml")
-    from fasttts_cli.build.unified_voice import load_unified_voice
     from fasttts_cli.indextts2 import decode as dec
+    from fasttts_cli.nets.unified_voice import load_unified_voice
     from tests.parity import checkpoint_for, rel
 
     ckpt = checkpoint_for(parity_case.weight_seed)
@@ -362,14 +362,14 @@ def _greedy(path: Path, case) -> list[int]:
 
 def test_convert_engine_folder(tmp_path: Path) -> None:
     from fasttts_cli.build.quantize import convert_engine
-    from fasttts_cli.engine_folder import (
+    from fasttts_cli.errors import EngineMismatchError, UsageError
+    from fasttts_cli.spec.engine_folder import (
         ComponentEntry,
         Manifest,
         check_preset_matches,
         read_manifest,
         write_manifest,
     )
-    from fasttts_cli.errors import EngineMismatchError, UsageError
 
     rng = np.random.default_rng(5)
     src = tmp_path / "fp32"

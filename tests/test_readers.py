@@ -8,10 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from fasttts_cli.cues import Cue
+from fasttts_cli.dubbing.cues import Cue
+from fasttts_cli.dubbing.readers import (
+    detect_format,
+    layout_untimed,
+    parse_time,
+    read_script,
+    split_name_prefix,
+)
+from fasttts_cli.dubbing.textio import read_text
 from fasttts_cli.errors import ExitCode, InputError, UsageError
-from fasttts_cli.readers import detect_format, layout_untimed, parse_time, read_script, split_name_prefix
-from fasttts_cli.textio import read_text
 
 DATA = Path(__file__).parent / "data" / "inputs"
 SAMPLES = Path(__file__).parent.parent / "samples"

@@ -46,10 +46,10 @@ import pytest
 import srt
 import webvtt
 
-from fasttts_cli import readers
-from fasttts_cli.cues import Cue
+from fasttts_cli.dubbing import readers
+from fasttts_cli.dubbing.cues import Cue
+from fasttts_cli.dubbing.plan import clean_text
 from fasttts_cli.errors import InputError
-from fasttts_cli.plan import clean_text
 
 REPO = Path(__file__).resolve().parent.parent
 LOCAL_CORPUS = REPO / "tests" / "data" / "corpus"

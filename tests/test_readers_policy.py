@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from fasttts_cli.dubbing.plan import make_plan
+from fasttts_cli.dubbing.readers import parse_styles, read_script, read_script_full
+from fasttts_cli.dubbing.readers_ass import classify, style_words
+from fasttts_cli.dubbing.speakers import parse_voice_flags
 from fasttts_cli.errors import ExitCode, InputError, UsageError
-from fasttts_cli.plan import make_plan
-from fasttts_cli.readers import parse_styles, read_script, read_script_full
-from fasttts_cli.readers_ass import classify, style_words
-from fasttts_cli.speakers import parse_voice_flags
 
 ALICE = Path(__file__).resolve().parent.parent / "samples" / "voices" / "alice.wav"
 
@@ -426,7 +426,7 @@ def test_read_script_raises_only_input_errors(tmp_path: Path, ext: str, text: st
 def _cli(capsys: pytest.CaptureFixture[str], *args: object) -> tuple[int, dict]:
     import json
 
-    from fasttts_cli.cli import main
+    from fasttts_cli.cli.commands import main
 
     with pytest.raises(SystemExit) as ei:
         main([str(a) for a in args])
@@ -464,7 +464,7 @@ def test_encoding_flag_on_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[
 def test_damage_is_one_error_line_naming_file_and_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from fasttts_cli.cli import main
+    from fasttts_cli.cli.commands import main
 
     f = _write(
         tmp_path,
@@ -482,7 +482,7 @@ def test_damage_is_one_error_line_naming_file_and_line(
 def test_an_unexpected_reader_failure_is_an_input_error_naming_the_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from fasttts_cli import readers
+    from fasttts_cli.dubbing import readers
 
     def broken(*args: object) -> None:
         raise ValueError("zip() argument 2 is longer than argument 1")

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from fasttts_cli.cues import Cue
+from fasttts_cli.dubbing.cues import Cue
+from fasttts_cli.dubbing.readers import read_script
+from fasttts_cli.dubbing.speakers import VoiceMap, check_voices, parse_voice_flags, unused_voices
 from fasttts_cli.errors import InputError, UsageError
-from fasttts_cli.readers import read_script
-from fasttts_cli.speakers import VoiceMap, check_voices, parse_voice_flags, unused_voices
 
 DATA = Path(__file__).parent / "data" / "inputs"
 

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from fasttts_cli.build.release_layout import (
+from fasttts_cli.errors import MissingDependencyError
+from fasttts_cli.nets.release_layout import (
     AUX_MODELS,
     MAIN_REPO,
     default_hub,
@@ -21,20 +22,19 @@ from fasttts_cli.build.release_layout import (
     repo_folder,
     snapshot,
 )
-from fasttts_cli.errors import MissingDependencyError
 from tests.hf_hub_fake import MAIN_FILES, REV, hub_add, release_sources, write_hub
 from tests.parity import CACHE
 
 torch = pytest.importorskip("torch")
 
-from fasttts_cli.build.checkpoint import (  # noqa: E402
+from fasttts_cli.build.tiny import ensure_tiny_checkpoint  # noqa: E402
+from fasttts_cli.nets.checkpoint import (  # noqa: E402
     CheckpointPaths,
     checkpoint_digest,
     load_checkpoint,
     locate_checkpoint,
 )
-from fasttts_cli.build.config import load_config  # noqa: E402
-from fasttts_cli.build.tiny import ensure_tiny_checkpoint  # noqa: E402
+from fasttts_cli.nets.config import load_config  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -147,7 +147,7 @@ def test_missing_files_are_named_at_once_with_their_source(
     assert "bigvgan_generator.pt (from nvidia/bigvgan_v2_22khz_80band_256x)" in msg
     assert "fasttts download" in msg and "--campplus" in msg and "--bigvgan" in msg
 
-    from fasttts_cli.cli import main
+    from fasttts_cli.cli.commands import main
 
     with pytest.raises(SystemExit) as ex:
         main(["build", "--checkpoint", str(hub), "--out", str(tmp_path / "e"), "--json"])
@@ -177,7 +177,7 @@ def test_resolution_imports_no_huggingface_hub(sources: dict[str, dict[str, Path
     hub = write_hub(tmp_path / "hub", sources)
     code = (
         "import sys; sys.modules['huggingface_hub'] = None\n"
-        "from fasttts_cli.build.checkpoint import CheckpointPaths, locate_checkpoint\n"
+        "from fasttts_cli.nets.checkpoint import CheckpointPaths, locate_checkpoint\n"
         f"p = locate_checkpoint(CheckpointPaths({str(hub)!r}))\n"
         "print(p.root.name, p.campplus.name)\n"
     )
@@ -194,9 +194,9 @@ def test_build_from_a_hub_folder_with_no_other_flags(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    import fasttts_cli.engine_select as es
-    from fasttts_cli.cli import main
-    from fasttts_cli.engine_folder import read_manifest
+    import fasttts_cli.synth.engine_select as es
+    from fasttts_cli.cli.commands import main
+    from fasttts_cli.spec.engine_folder import read_manifest
 
     hub = write_hub(tmp_path / "hub", sources)
     monkeypatch.setattr(es, "engines_root", lambda: tmp_path / "engines")

@@ -11,14 +11,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from fasttts_cli.build.random_model import dit_config, random_dit  # noqa: E402
-from fasttts_cli.build.s2mel import CFM  # noqa: E402
-from fasttts_cli.engine_folder import ComponentEntry, Manifest, read_manifest, write_manifest  # noqa: E402
+from fasttts_cli.cfm.loop import PolicyError  # noqa: E402
+from fasttts_cli.cfm.schedules import euler_times, step_times, sway_grid  # noqa: E402
 from fasttts_cli.errors import EngineMismatchError, UsageError  # noqa: E402
-from fasttts_cli.s2mel_cache import piecewise_torch as pt  # noqa: E402
-from fasttts_cli.s2mel_cache.calibrate import calibrate_modules, relative_mae  # noqa: E402
-from fasttts_cli.s2mel_cache.core import PolicyError  # noqa: E402
-from fasttts_cli.s2mel_cache.policy import (  # noqa: E402
+from fasttts_cli.indextts2.s2mel_cache import piecewise_torch as pt  # noqa: E402
+from fasttts_cli.indextts2.s2mel_cache.calibrate import calibrate_modules, relative_mae  # noqa: E402
+from fasttts_cli.indextts2.s2mel_cache.policy import (  # noqa: E402
     POLICY_FILE,
     Policy,
     PolicySet,
@@ -26,7 +24,14 @@ from fasttts_cli.s2mel_cache.policy import (  # noqa: E402
     load_policy,
     write_policy_set,
 )
-from fasttts_cli.s2mel_cache.schedules import euler_times, step_times, sway_grid  # noqa: E402
+from fasttts_cli.nets.random_model import dit_config, random_dit  # noqa: E402
+from fasttts_cli.nets.s2mel import CFM  # noqa: E402
+from fasttts_cli.spec.engine_folder import (  # noqa: E402
+    ComponentEntry,
+    Manifest,
+    read_manifest,
+    write_manifest,
+)
 
 DEPTH, STEPS = 5, 6
 
@@ -76,7 +81,7 @@ def test_t0_piecewise_equals_single_graph_cfm(dit) -> None:
 @pytest.mark.parity
 def test_t0_matches_parity_cfm(parity_case, parity_checkpoint: Path) -> None:
     yaml = pytest.importorskip("yaml")
-    from fasttts_cli.build.s2mel import load_s2mel
+    from fasttts_cli.nets.s2mel import load_s2mel
     from tests.parity import rel
 
     c = parity_case
@@ -207,9 +212,9 @@ def test_skips_need_something_cached(dit) -> None:
 @pytest.fixture(scope="module")
 def ort_pieces(dit, tmp_path_factory):
     pytest.importorskip("onnxruntime")
+    from fasttts_cli.build.s2mel_pieces import export_pieces
     from fasttts_cli.indextts2.cfm import ort_opener
-    from fasttts_cli.s2mel_cache.export_pieces import export_pieces
-    from fasttts_cli.s2mel_cache.piecewise_ort import OrtPieces
+    from fasttts_cli.indextts2.s2mel_cache.piecewise_ort import OrtPieces
 
     folder = tmp_path_factory.mktemp("pieces") / "s2mel_pieces"
     export_pieces(dit, folder)
@@ -217,7 +222,7 @@ def ort_pieces(dit, tmp_path_factory):
 
 
 def test_ort_pieces_match_torch_and_skip_work(dit, ort_pieces) -> None:
-    from fasttts_cli.s2mel_cache import piecewise_ort as po
+    from fasttts_cli.indextts2.s2mel_cache import piecewise_ort as po
 
     inputs = _inputs(2)
     np_in = [a.numpy() for a in inputs]
@@ -272,7 +277,7 @@ def test_calibration_is_deterministic_and_meets_its_bound(dit) -> None:
     assert rep_c[0].truncated and rep_c[0].trials <= 16 and rep_c[0].error < rep_c[0].threshold
     assert capped.levels["T5"].kept_fraction() < 1.0
     # the table's own error, recomputed from scratch, is what the calibration reported
-    from fasttts_cli.s2mel_cache.calibrate import stack_rows
+    from fasttts_cli.indextts2.s2mel_cache.calibrate import stack_rows
 
     batch = {k: torch.from_numpy(v) for k, v in stack_rows(_rows(0), 7).items()}
     args = (batch["mu"], batch["x_lens"], batch["prompt"], batch["prompt_lens"], batch["style"], batch["z"])
@@ -349,7 +354,8 @@ def test_runtime_side_needs_no_torch() -> None:
 
     code = (
         "import sys\n"
-        "from fasttts_cli.s2mel_cache import calibrate, core, piecewise_ort, policy, schedules\n"
+        "from fasttts_cli.indextts2.s2mel_cache import calibrate, piecewise_ort, policy; "
+        "from fasttts_cli.cfm import loop as core, schedules\n"
         "assert 'torch' not in sys.modules, 'torch imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parent.parent)

@@ -32,15 +32,15 @@ def _linked_copy(src: Path, dst: Path) -> Path:
 
 
 def test_calibrate_engine_folder(parity_case: ParityCase, parity_checkpoint: Path, tmp_path: Path) -> None:
-    from fasttts_cli.build.s2mel import load_s2mel
-    from fasttts_cli.engine_folder import read_manifest
+    from fasttts_cli.build.s2mel_pieces import PIECES_DIR, export_pieces_into_engine
     from fasttts_cli.indextts2.calibrate_engine import calibrate, engine_rows
     from fasttts_cli.indextts2.cfm import ort_opener
     from fasttts_cli.indextts2.engine import DIT_CFG_STEP, IndexTTS2Engine
-    from fasttts_cli.s2mel_cache import piecewise_ort as po
-    from fasttts_cli.s2mel_cache.calibrate import stack_rows
-    from fasttts_cli.s2mel_cache.export_pieces import PIECES_DIR, export_pieces_into_engine
-    from fasttts_cli.s2mel_cache.policy import engine_identity, read_policy_set
+    from fasttts_cli.indextts2.s2mel_cache import piecewise_ort as po
+    from fasttts_cli.indextts2.s2mel_cache.calibrate import stack_rows
+    from fasttts_cli.indextts2.s2mel_cache.policy import engine_identity, read_policy_set
+    from fasttts_cli.nets.s2mel import load_s2mel
+    from fasttts_cli.spec.engine_folder import read_manifest
 
     if parity_case.name != "vectors_s0":
         pytest.skip("one engine is enough")

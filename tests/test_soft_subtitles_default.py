@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from fasttts_cli.mp4_tracks import disable_tracks
-from fasttts_cli.mux import mux
-from fasttts_cli.probe import probe
+from fasttts_cli.media.mp4_tracks import disable_tracks
+from fasttts_cli.media.mux import mux
+from fasttts_cli.media.probe import probe
 
 VIDEO = Path(__file__).resolve().parents[1] / "samples" / "demo.mp4"
 

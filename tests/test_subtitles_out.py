@@ -10,10 +10,10 @@ import pysubs2
 import pytest
 import soundfile as sf
 
-from fasttts_cli.pipeline import DubOptions, run_dub
-from fasttts_cli.readers import read_script_full
-from fasttts_cli.readers_ass import ass_header
-from fasttts_cli.subtitles_out import SubtitleEntry, format_subtitles, subtitle_format
+from fasttts_cli.app.pipeline import DubOptions, run_dub
+from fasttts_cli.dubbing.readers import read_script_full
+from fasttts_cli.dubbing.readers_ass import ass_header
+from fasttts_cli.dubbing.subtitles_out import SubtitleEntry, format_subtitles, subtitle_format
 from tests.test_pipeline import FakeSynth
 
 ENTRIES = [

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fasttts_cli.ffmpeg import ffmpeg_filters
-from fasttts_cli.tempo import atempo_chain, change_tempo, trim_to
+from fasttts_cli.audio.tempo import atempo_chain, change_tempo, trim_to
+from fasttts_cli.media.ffmpeg import ffmpeg_filters
 
 SR = 24000
 

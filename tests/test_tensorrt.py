@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from fasttts_cli.backends.tensorrt.session import MIN_BUFFER, BufferPool, check_cuda, grow
 from fasttts_cli.build import tensorrt_build as tb
-from fasttts_cli.engine_folder import ComponentEntry
 from fasttts_cli.errors import SynthesisError
-from fasttts_cli.indextts2.sessions_trt import MIN_BUFFER, BufferPool, check_cuda, grow
-from fasttts_cli.presets import Limits, load_preset
+from fasttts_cli.spec.engine_folder import ComponentEntry
+from fasttts_cli.spec.presets import Limits, load_preset
 
 HAS_TRT = importlib.util.find_spec("tensorrt") is not None
 CONSTANTS = {"s2mel": {"sr": 22050, "hop_length": 256}, "gpt": {"num_latents": 32}}
@@ -134,7 +134,7 @@ def test_build_and_run_small_plan(tmp_path: Path) -> None:  # pragma: no cover -
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    from fasttts_cli.indextts2.sessions_trt import TrtSession
+    from fasttts_cli.backends.tensorrt.session import TrtSession
 
     w = np.random.default_rng(0).standard_normal((16, 8)).astype(np.float32)
     g = helper.make_graph(

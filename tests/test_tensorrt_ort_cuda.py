@@ -12,10 +12,10 @@ onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
+from fasttts_cli.backends.onnxruntime.cuda_session import CudaOrtSession, DeviceTensor  # noqa: E402
+from fasttts_cli.backends.onnxruntime.session import OrtSession, SessionOptions  # noqa: E402
 from fasttts_cli.indextts2 import decode as dec  # noqa: E402
 from fasttts_cli.indextts2.sampling import SamplingParams  # noqa: E402
-from fasttts_cli.indextts2.sessions import OrtSession, SessionOptions  # noqa: E402
-from fasttts_cli.indextts2.sessions_cuda import CudaOrtSession, DeviceTensor  # noqa: E402
 
 D, V, H = 8, 8194, 2  # model dim, mel vocab (the sampler expects 8194), heads (head_dim 4)
 
@@ -126,7 +126,7 @@ def test_device_kv_roundtrip_and_gather(tmp_path: Path) -> None:
 def test_gather_graphs_are_what_they_claim() -> None:
     import base64
 
-    from fasttts_cli.indextts2.sessions_cuda import GATHER_GRAPHS
+    from fasttts_cli.backends.onnxruntime.cuda_session import GATHER_GRAPHS
 
     for et in (TensorProto.FLOAT, TensorProto.FLOAT16):
         g = helper.make_graph(

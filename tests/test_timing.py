@@ -9,8 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fasttts_cli.errors import ExitCode, FastTTSError, UsageError
-from fasttts_cli.timing import (
+from fasttts_cli.dubbing.timing import (
     LineTiming,
     SlotInput,
     TimingError,
@@ -20,6 +19,7 @@ from fasttts_cli.timing import (
     solve_timing,
     summarize,
 )
+from fasttts_cli.errors import ExitCode, FastTTSError, UsageError
 
 A = pytest.approx
 

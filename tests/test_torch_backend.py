@@ -10,19 +10,19 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from fasttts_cli.indextts2 import decode as dec  # noqa: E402
-from fasttts_cli.indextts2.sampling import LineDecoder, SamplingParams, history_mask, process_logits  # noqa: E402
-from fasttts_cli.torch_backend.decode_torch import DecodeSettings, TorchGPT  # noqa: E402
-from fasttts_cli.torch_backend.graphs import GraphRunner, bucket, round_up, row_buckets  # noqa: E402
-from fasttts_cli.torch_backend.random_model import random_bigvgan, random_s2mel, random_unified_voice  # noqa: E402
-from fasttts_cli.torch_backend.s2mel_torch import (  # noqa: E402
+from fasttts_cli.backends.torch.graphs import GraphRunner, bucket, round_up, row_buckets  # noqa: E402
+from fasttts_cli.backends.torch.s2mel import (  # noqa: E402
     S2MelSettings,
     TorchS2Mel,
     TorchVocoder,
     half_with_fp32_norms,
 )
-from fasttts_cli.torch_backend.sampling_torch import RowParams, process_scores  # noqa: E402
-from fasttts_cli.torch_backend.static_cache import StaticKVCache, trunk_cached, trunk_full  # noqa: E402
+from fasttts_cli.backends.torch.static_cache import StaticKVCache, trunk_cached, trunk_full  # noqa: E402
+from fasttts_cli.indextts2 import decode as dec  # noqa: E402
+from fasttts_cli.indextts2.decode_torch import DecodeSettings, TorchGPT  # noqa: E402
+from fasttts_cli.indextts2.sampling import LineDecoder, SamplingParams, history_mask, process_logits  # noqa: E402
+from fasttts_cli.indextts2.sampling_torch import RowParams, process_scores  # noqa: E402
+from fasttts_cli.nets.random_modules import random_bigvgan, random_s2mel, random_unified_voice  # noqa: E402
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(
@@ -238,7 +238,7 @@ def test_forced_equals_uv_decode_forced(uv) -> None:
 
 
 def _as_prefix(uv, prefix: np.ndarray):
-    from fasttts_cli.build.unified_voice import Prefix
+    from fasttts_cli.nets.unified_voice import Prefix
 
     x = torch.from_numpy(prefix)[None]
     mask = torch.ones(1, x.shape[1], dtype=torch.long)
@@ -358,8 +358,8 @@ def test_presets_and_precision_mapping() -> None:
     import dataclasses
 
     from fasttts_cli.errors import UsageError
-    from fasttts_cli.presets import ComponentSpec, load_preset
-    from fasttts_cli.torch_backend.engine_torch import check_torch_preset, precision_dtype
+    from fasttts_cli.indextts2.engine_torch import check_torch_preset, precision_dtype
+    from fasttts_cli.spec.presets import ComponentSpec, load_preset
 
     for name, dt in (("gpu-torch-fp16", torch.float16), ("gpu-torch-bf16", torch.bfloat16)):
         p = load_preset(name)

@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 yaml = pytest.importorskip("yaml")
 
-from fasttts_cli.torch_backend.parity_torch import check_case, format_checks  # noqa: E402
+from fasttts_cli.tools.parity_torch import check_case, format_checks  # noqa: E402
 from tests.parity import ParityCase  # noqa: E402
 
 pytestmark = pytest.mark.parity
@@ -21,9 +21,9 @@ _MODELS: dict[Path, tuple] = {}
 
 @pytest.fixture
 def modules(parity_checkpoint: Path) -> tuple:
-    from fasttts_cli.build.bigvgan import load_bigvgan
-    from fasttts_cli.build.s2mel import load_s2mel
-    from fasttts_cli.build.unified_voice import load_unified_voice
+    from fasttts_cli.nets.bigvgan import load_bigvgan
+    from fasttts_cli.nets.s2mel import load_s2mel
+    from fasttts_cli.nets.unified_voice import load_unified_voice
 
     torch.set_num_threads(1)
     if parity_checkpoint not in _MODELS:
@@ -54,9 +54,9 @@ def test_stages_bf16(parity_case: ParityCase, modules: tuple) -> None:
 def test_synthesizer_line_on_parity_checkpoint(parity_checkpoint: Path, tmp_path: Path) -> None:
     import dataclasses
 
-    from fasttts_cli.presets import ComponentSpec, load_preset
-    from fasttts_cli.synthesizer import SynthRequest
-    from fasttts_cli.torch_backend.synthesizer import TorchSynthesizer
+    from fasttts_cli.indextts2.synthesizer_torch import TorchSynthesizer
+    from fasttts_cli.spec.presets import ComponentSpec, load_preset
+    from fasttts_cli.synth.synthesizer import SynthRequest
 
     torch.set_num_threads(2)
     p = load_preset("gpu-torch-fp16")

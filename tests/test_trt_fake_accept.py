@@ -16,7 +16,7 @@ from fasttts_cli.build.onnx_shapes import (  # noqa: E402
     check_tensorrt_outputs,
     output_dims,
 )
-from fasttts_cli.engine_folder import read_manifest  # noqa: E402
+from fasttts_cli.spec.engine_folder import read_manifest  # noqa: E402
 from fasttts_cli.tools import accept_tensorrt  # noqa: E402
 
 pytestmark = [pytest.mark.gpu_fake, pytest.mark.slow]

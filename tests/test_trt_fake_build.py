@@ -15,9 +15,9 @@ onnx = pytest.importorskip("onnx")
 
 from fasttts_cli.build import tensorrt_build as tb  # noqa: E402
 from fasttts_cli.build.onnx_shapes import check_tensorrt_outputs, host_inputs, output_dims  # noqa: E402
-from fasttts_cli.engine_folder import ComponentEntry  # noqa: E402
 from fasttts_cli.indextts2 import decode as dec  # noqa: E402
-from fasttts_cli.presets import ComponentSpec, Limits, load_preset  # noqa: E402
+from fasttts_cli.spec.engine_folder import ComponentEntry  # noqa: E402
+from fasttts_cli.spec.presets import ComponentSpec, Limits, load_preset  # noqa: E402
 from fasttts_cli.tools.fakes import tensorrt as fake_trt  # noqa: E402
 from tests.test_trt_fake_session import _regulator, _reshaper  # noqa: E402
 
@@ -29,9 +29,9 @@ CONSTANTS = {"s2mel": {"sr": 22050, "hop_length": 256}, "gpt": {"num_latents": 3
 def tiny_io() -> dict[str, dict[str, list]]:
     """Each TensorRT-bound component's inputs as the manifest writes them (name -> dims), from the
     graphs `fasttts build` exports for a tensorrt preset (classic trunk, no contrib ops)."""
-    from fasttts_cli.build.checkpoint import load_checkpoint
     from fasttts_cli.build.export import engine_specs
     from fasttts_cli.build.tiny import ensure_tiny_checkpoint
+    from fasttts_cli.nets.checkpoint import load_checkpoint
     from tests.parity import CACHE
 
     torch.set_num_threads(1)

@@ -17,8 +17,8 @@ onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper  # noqa: E402
 
-from fasttts_cli.indextts2.sessions import OrtSession, SessionOptions  # noqa: E402
-from fasttts_cli.indextts2.sessions_cuda import CudaOrtSession  # noqa: E402
+from fasttts_cli.backends.onnxruntime.cuda_session import CudaOrtSession  # noqa: E402
+from fasttts_cli.backends.onnxruntime.session import OrtSession, SessionOptions  # noqa: E402
 
 pytestmark = pytest.mark.gpu_fake
 N = 96  # 96 x 96 float32: 36 KiB, under malloc's mmap threshold, so freed memory is reused at once

@@ -13,11 +13,11 @@ import pytest
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
+from fasttts_cli.backends.onnxruntime.session import OrtSession, SessionOptions  # noqa: E402
 from fasttts_cli.build import tensorrt_build as tb  # noqa: E402
 from fasttts_cli.errors import SynthesisError  # noqa: E402
 from fasttts_cli.indextts2 import decode as dec  # noqa: E402
 from fasttts_cli.indextts2.sampling import SamplingParams  # noqa: E402
-from fasttts_cli.indextts2.sessions import OrtSession, SessionOptions  # noqa: E402
 from fasttts_cli.tools.fakes import cuda as fake_cuda  # noqa: E402
 from fasttts_cli.tools.fakes import tensorrt as fake_trt  # noqa: E402
 from tests.test_tensorrt_ort_cuda import D, H, _emb, _toy_trunk  # noqa: E402
@@ -80,7 +80,7 @@ def test_value_dependent_output_gets_an_output_allocator(tmp_path: Path) -> None
         ctx.set_input_shape("lens", (2,))
         assert tuple(ctx.get_tensor_shape("y")) == (2, -1, 4)
         assert tuple(ctx.get_tensor_shape("twice")) == (2,)
-        from fasttts_cli.indextts2.sessions_trt import TrtSession
+        from fasttts_cli.backends.tensorrt.session import TrtSession
 
         s = TrtSession(plan)
         for lens in ([3, 5], [7, 2], [1, 1]):  # the allocator's buffer is reused and grown
@@ -137,7 +137,7 @@ def test_shape_tensor_input_is_bound_in_host_memory(tmp_path: Path) -> None:
         assert engine.get_tensor_location("shape") == trt.TensorLocation.HOST
         assert engine.get_tensor_location("x") == trt.TensorLocation.DEVICE
         assert engine.is_shape_inference_io("shape")
-        from fasttts_cli.indextts2.sessions_trt import TrtSession
+        from fasttts_cli.backends.tensorrt.session import TrtSession
 
         s = TrtSession(plan)
         before = fake_cuda.DEVICE.copies["H2D"]
@@ -184,7 +184,7 @@ def test_trunk_kv_stays_on_the_device_between_steps(tmp_path: Path, beams: int) 
     with fake_trt.install():
         _, plan = _trunk_plan(tmp_path)
         from fasttts_cli.backends.tensorrt.device import DeviceTensor
-        from fasttts_cli.indextts2.sessions_trt import TrtSession
+        from fasttts_cli.backends.tensorrt.session import TrtSession
 
         sess = TrtSession(plan)
         host_in = []  # bytes the decoder hands over as host arrays, per call
@@ -236,7 +236,7 @@ def test_device_tensor_of_the_wrong_dtype_is_refused(tmp_path: Path) -> None:
     with fake_trt.install():
         _, plan = _trunk_plan(tmp_path)
         from fasttts_cli.backends.tensorrt.device import DeviceTensor
-        from fasttts_cli.indextts2.sessions_trt import TrtSession
+        from fasttts_cli.backends.tensorrt.session import TrtSession
 
         s = TrtSession(plan)
         bad = DeviceTensor(s._arena, (1, H, 2, D // H), np.float16)

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fasttts_cli.build import trtllm_convert as tc
+from fasttts_cli.backends.tensorrt_llm import trtllm_convert as tc
 from tests.parity import ParityCase, checkpoint_for, rel
 
 TOL = 1e-4
@@ -234,7 +234,7 @@ def test_equivalence_with_unified_voice(parity_case: ParityCase, tmp_path: Path)
 
     # the same embeddings through UnifiedVoice's own trunk (torch) give the same logits
     torch = pytest.importorskip("torch")
-    from fasttts_cli.build.unified_voice import load_unified_voice
+    from fasttts_cli.nets.unified_voice import load_unified_voice
 
     uv = load_unified_voice(checkpoint_for(parity_case.weight_seed) / "gpt.pth", gcfg)
     x = torch.from_numpy(emb.astype(np.float32))[None]

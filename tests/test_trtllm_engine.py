@@ -18,13 +18,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fasttts_cli.build import trtllm_convert as tc
-from fasttts_cli.engine_folder import read_manifest
+from fasttts_cli.backends.tensorrt_llm import trtllm_convert as tc
 from fasttts_cli.errors import EngineMismatchError, FastTTSError, MissingDependencyError
 from fasttts_cli.indextts2.engine import IndexTTS2Engine, check_manifest
 from fasttts_cli.indextts2.gpt_trtllm import TRTLLM_BACKEND_ENV, TRTLLM_PYTHON_ENV, LinePrompt
 from fasttts_cli.indextts2.synthesizer import IndexTTS2Synthesizer
-from fasttts_cli.synthesizer import SynthRequest
+from fasttts_cli.spec.engine_folder import read_manifest
+from fasttts_cli.synth.synthesizer import SynthRequest
 from tests.conftest_engine import *  # noqa: F403 (fixtures)
 
 PRESET = """\
@@ -122,7 +122,7 @@ def test_build_runs_finalize_then_trtllm_build(
     assert opt["--max_beam_width"] == "1"
     cfg = json.loads((out / "gpt_trtllm" / "checkpoint" / tc.CONFIG_FILE).read_text(encoding="utf-8"))
     lay = cfg["indextts2"]
-    from fasttts_cli.presets import load_preset
+    from fasttts_cli.spec.presets import load_preset
 
     rows = load_preset(preset_file).limits.max_batch * 3
     assert int(opt["--max_batch_size"]) == rows

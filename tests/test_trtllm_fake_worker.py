@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 
 from fasttts_cli.backends.tensorrt_llm import protocol as P
+from fasttts_cli.backends.tensorrt_llm import trtllm_convert as tc
 from fasttts_cli.backends.tensorrt_llm.names import ARCHITECTURE
 from fasttts_cli.backends.tensorrt_llm.reference import ReferenceBackend
 from fasttts_cli.backends.tensorrt_llm.session import TrtllmBackend, reorder_rows
-from fasttts_cli.build import trtllm_convert as tc
 from fasttts_cli.build.trtllm_build import engine_flags
-from fasttts_cli.presets import ComponentSpec, Limits
+from fasttts_cli.spec.presets import ComponentSpec, Limits
 from fasttts_cli.tools.fakes.trtllm import fake_python, install
 from tests.conftest_engine import *  # noqa: F403 (fixtures)
 

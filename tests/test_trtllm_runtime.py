@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fasttts_cli import trtllm_worker as tw
-from fasttts_cli.build import trtllm_convert as tc
+from fasttts_cli.backends.tensorrt_llm import trtllm_convert as tc
+from fasttts_cli.backends.tensorrt_llm import trtllm_worker as tw
 from fasttts_cli.errors import EngineMismatchError, MissingDependencyError, SynthesisError
 from fasttts_cli.indextts2 import decode as dec
 from fasttts_cli.indextts2.gpt_trtllm import LinePrompt, TrtllmGPT, WorkerClient, worker_python
@@ -70,10 +70,10 @@ class Setup:
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Setup:
     torch = pytest.importorskip("torch")
     yaml = pytest.importorskip("yaml")
+    from fasttts_cli.backends.onnxruntime.session import OrtSession, SessionOptions
     from fasttts_cli.build.export import export_graph, gpt_host_tables, trunk_spec
     from fasttts_cli.build.tiny import TINY, write_tiny_checkpoint
-    from fasttts_cli.build.unified_voice import load_unified_voice
-    from fasttts_cli.indextts2.sessions import OrtSession, SessionOptions
+    from fasttts_cli.nets.unified_voice import load_unified_voice
 
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("trtllm-runtime")

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fasttts_cli.backends.stages import EngineStages, VoiceStages
 from fasttts_cli.indextts2.engine import IndexTTS2Engine
+from fasttts_cli.indextts2.stages import EngineStages, VoiceStages
 from fasttts_cli.indextts2.voice import VoiceFlow
 from tests.conftest_engine import *  # noqa: F403 (fixtures)
 
@@ -22,7 +22,7 @@ FLOW = ("voice_conditioning", "features", "emotion_vector", "emotion_vector_mode
 
 @pytest.fixture(scope="module")
 def engines(tiny_checkpoint_dir: Path, tiny_engine_dir: Path):
-    from fasttts_cli.torch_backend.engine_torch import TorchEngine
+    from fasttts_cli.indextts2.engine_torch import TorchEngine
 
     torch.set_num_threads(1)
     t = TorchEngine.load(tiny_checkpoint_dir, "gpu-torch-fp16", device="cpu")

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-from fasttts_cli.cues import Cue
-from fasttts_cli.speakers import parse_voice_flags, voice_name_problems
+from fasttts_cli.dubbing.cues import Cue
+from fasttts_cli.dubbing.speakers import parse_voice_flags, voice_name_problems
 
 SCRIPT = "start\tend\tspeaker\ttext\n0.5\t2.5\tALICE\tHello there.\n3.0\t5.0\tBOB\tHi Alice.\n"
 

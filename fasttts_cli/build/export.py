@@ -28,7 +28,6 @@ import numpy as np
 import torch
 
 from fasttts_cli import __version__
-from fasttts_cli.build.checkpoint import CheckpointPaths, IndexTTS2Modules, load_checkpoint
 from fasttts_cli.build.graphs import (  # noqa: F401
     GraphSpec,
     engine_specs,
@@ -49,9 +48,10 @@ from fasttts_cli.build.host_files import (  # noqa: F401
     model_constants,
 )
 from fasttts_cli.build.quiet import quiet_native_output
-from fasttts_cli.engine_folder import ComponentEntry, Manifest, component_sha256, write_manifest
 from fasttts_cli.errors import FastTTSError, UsageError
-from fasttts_cli.presets import ComponentSpec, Preset, load_preset
+from fasttts_cli.nets.checkpoint import CheckpointPaths, IndexTTS2Modules, load_checkpoint
+from fasttts_cli.spec.engine_folder import ComponentEntry, Manifest, component_sha256, write_manifest
+from fasttts_cli.spec.presets import ComponentSpec, Preset, load_preset
 
 OPSET = 17
 EXTERNAL_DATA_BYTES = 2_000_000_000
@@ -124,7 +124,7 @@ def verify_graph(spec: GraphSpec, path: Path, *, seed: int = 1, tolerance: float
     """ORT vs PyTorch on shapes other than the export example; returns the worst relative error.
     Raises ExportError when an output's relative error reaches `tolerance` (or is not finite), a shape
     differs, or an integer output differs at all (integer checks are skipped for tolerance inf)."""
-    from fasttts_cli.indextts2.sessions import OrtSession, SessionOptions
+    from fasttts_cli.backends.onnxruntime.session import OrtSession, SessionOptions
 
     sess = OrtSession(path, SessionOptions(graph_optimization="all"))
     g = torch.Generator().manual_seed(seed)
@@ -179,7 +179,7 @@ def _io_shapes(path: Path) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
 
 def _check_preset(preset: Preset) -> None:
     """Backend/precision/option combinations (gpu_stack.check_preset), then what this builder makes."""
-    from fasttts_cli.gpu_stack import check_preset
+    from fasttts_cli.backends.gpu_stack import check_preset
 
     check_preset(preset)
     for name, spec in sorted(preset.components.items()):
@@ -274,7 +274,7 @@ def _release_unused(m: IndexTTS2Modules, pending: list[GraphSpec | None]) -> Non
 
 
 def default_out_dir(checkpoint_dir: Path, preset_name: str) -> Path:
-    from fasttts_cli.engine_select import engines_root
+    from fasttts_cli.synth.engine_select import engines_root
 
     return engines_root() / f"{Path(checkpoint_dir).resolve().name}-{preset_name}"
 

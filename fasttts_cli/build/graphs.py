@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from fasttts_cli.build.checkpoint import IndexTTS2Modules
 from fasttts_cli.indextts2 import decode as dec
-from fasttts_cli.presets import ComponentSpec, Preset
+from fasttts_cli.nets.checkpoint import IndexTTS2Modules
+from fasttts_cli.spec.presets import ComponentSpec, Preset
 
 
 class _W2V(nn.Module):
@@ -103,7 +103,7 @@ def _lengths(b: int, t: int, g: torch.Generator, low: int | None = None) -> torc
 def trunk_spec(uv: nn.Module) -> GraphSpec:
     """The GPT-2 trunk as one decoder step with explicit per-layer past/present key/values (decode.py
     names); logits at the last position only, hidden states (after both LayerNorms) at every position."""
-    from fasttts_cli.build.unified_voice import TrunkGraph
+    from fasttts_cli.nets.unified_voice import TrunkGraph
 
     d, layers, heads, dh = uv.cfg.model_dim, uv.cfg.layers, uv.cfg.heads, uv.cfg.head_dim
 
@@ -198,7 +198,7 @@ def engine_specs(m: IndexTTS2Modules, preset: Preset) -> list[GraphSpec]:
     """The graphs `build_engine` exports for `preset`: `graph_specs`, with the in-place trunk where it
     fits (`inplace_trunk_fits`) and the DiT's RoPE as a contrib op where it fits (`ort_contrib_fits`;
     this sets a flag on the DiT's modules that the export reads)."""
-    from fasttts_cli.build.dit import use_ort_attention
+    from fasttts_cli.nets.dit import use_ort_attention
 
     use_ort_attention(m.s2mel, ort_contrib_fits(preset.components.get("dit")))
     specs = graph_specs(m)
@@ -210,7 +210,7 @@ def engine_specs(m: IndexTTS2Modules, preset: Preset) -> list[GraphSpec]:
 def graph_specs(m: IndexTTS2Modules) -> list[GraphSpec]:
     """Every component of the engine, built from loaded modules; all sizes come from the modules."""
     uv = m.gpt
-    from fasttts_cli.build.unified_voice import EmotionConditionerGraph, SpeakerConditionerGraph
+    from fasttts_cli.nets.unified_voice import EmotionConditionerGraph, SpeakerConditionerGraph
 
     w2v_cfg = m.w2v_bert.model.config
     feat_in = int(w2v_cfg.feature_projection_input_dim)
@@ -377,12 +377,12 @@ def graph_specs(m: IndexTTS2Modules) -> list[GraphSpec]:
 
 
 def _codec_quantize(codec: nn.Module) -> nn.Module:
-    from fasttts_cli.build.codec import CodecQuantize
+    from fasttts_cli.nets.codec import CodecQuantize
 
     return CodecQuantize(codec)
 
 
 def _codec_embed(codec: nn.Module) -> nn.Module:
-    from fasttts_cli.build.codec import CodecEmbed
+    from fasttts_cli.nets.codec import CodecEmbed
 
     return CodecEmbed(codec)

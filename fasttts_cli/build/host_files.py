@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 from torch import nn
 
-from fasttts_cli.build.checkpoint import IndexTTS2Modules
-from fasttts_cli.build.config import EMOTIONS
 from fasttts_cli.indextts2 import decode as dec
+from fasttts_cli.nets.checkpoint import IndexTTS2Modules
+from fasttts_cli.nets.config import EMOTIONS
 
 W2V_MEAN = "w2v_stat_mean.npy"
 W2V_VAR = "w2v_stat_var.npy"

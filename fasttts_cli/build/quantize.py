@@ -34,11 +34,11 @@ from typing import Any
 
 import numpy as np
 
-from fasttts_cli.backends import registry
 from fasttts_cli.build.onnx_io import EXTERNAL_DATA_BYTES, load_model, save_model, weight_bytes
 from fasttts_cli.build.quantize_blocks import QuantizeError, quantize_blocks
 from fasttts_cli.build.quiet import quiet_native_output
-from fasttts_cli.presets import INTEGER_PRECISIONS, ComponentSpec
+from fasttts_cli.spec import registry
+from fasttts_cli.spec.presets import INTEGER_PRECISIONS, ComponentSpec
 
 MS_DOMAIN = "com.microsoft"
 
@@ -356,8 +356,8 @@ def convert_engine(src: Path | str, dst: Path | str, preset: Any, *, overwrite: 
     folder and renamed when complete."""
     import shutil
 
-    from fasttts_cli.engine_folder import component_sha256, read_manifest, write_manifest
     from fasttts_cli.errors import UsageError
+    from fasttts_cli.spec.engine_folder import component_sha256, read_manifest, write_manifest
 
     src, dst = Path(src), Path(dst)
     if dst.exists() and not overwrite:

@@ -21,9 +21,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fasttts_cli.engine_folder import ComponentEntry, file_sha256
 from fasttts_cli.errors import FastTTSError, MissingDependencyError
-from fasttts_cli.presets import ComponentSpec, Limits
+from fasttts_cli.spec.engine_folder import ComponentEntry, file_sha256
+from fasttts_cli.spec.presets import ComponentSpec, Limits
 
 TIMING_CACHE = "tensorrt.timing_cache"
 

@@ -31,9 +31,9 @@ import torch
 import yaml
 from torch import nn
 
-from fasttts_cli.build import random_model as rm
-from fasttts_cli.build.checkpoint import RANDOM_KEY
-from fasttts_cli.build.tiny_config import (  # noqa: F401  (the names this module has always offered)
+from fasttts_cli.nets import random_model as rm
+from fasttts_cli.nets.checkpoint import RANDOM_KEY
+from fasttts_cli.nets.tiny_config import (  # noqa: F401  (the names this module has always offered)
     EMO_NUM,
     FULL,
     PREPROCESSOR_CONFIG,
@@ -192,9 +192,9 @@ def _source_digest() -> str:
 
     here = Path(__file__).resolve().parent
     h = hashlib.sha256()
-    for name in sorted(p.name for p in here.glob("*.py")):
-        h.update(name.encode())
-        h.update((here / name).read_bytes())
+    for path in sorted([*here.glob("*.py"), *(here.parent / "nets").glob("*.py")]):
+        h.update(f"{path.parent.name}/{path.name}".encode())
+        h.update(path.read_bytes())
     return h.hexdigest()
 
 

@@ -24,8 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from fasttts_cli.build import trtllm_convert as tc
-from fasttts_cli.engine_folder import ComponentEntry, file_sha256
+from fasttts_cli.backends.tensorrt_llm import trtllm_convert as tc
 from fasttts_cli.errors import FastTTSError, MissingDependencyError
 from fasttts_cli.indextts2.gpt_trtllm import (
     CHECKPOINT_DIR,
@@ -36,7 +35,8 @@ from fasttts_cli.indextts2.gpt_trtllm import (
     TRTLLM_PYTHON_ENV,
     backend_choice,
 )
-from fasttts_cli.presets import ComponentSpec, Limits
+from fasttts_cli.spec.engine_folder import ComponentEntry, file_sha256
+from fasttts_cli.spec.presets import ComponentSpec, Limits
 
 _CONVERT_SCRIPT = Path(tc.__file__).resolve()
 _STDERR_TAIL = 30

@@ -16,9 +16,9 @@ import numpy as np
 from fasttts_cli.errors import SynthesisError, UsageError
 from fasttts_cli.indextts2.cfm import ort_opener
 from fasttts_cli.indextts2.engine import IndexTTS2Engine, segment_seed_generator
-from fasttts_cli.s2mel_cache.calibrate import calibrate_ort
-from fasttts_cli.s2mel_cache.piecewise_ort import PIECES_DIR, OrtPieces
-from fasttts_cli.s2mel_cache.policy import PolicySet, engine_identity, write_policy_set
+from fasttts_cli.indextts2.s2mel_cache.calibrate import calibrate_ort
+from fasttts_cli.indextts2.s2mel_cache.piecewise_ort import PIECES_DIR, OrtPieces
+from fasttts_cli.indextts2.s2mel_cache.policy import PolicySet, engine_identity, write_policy_set
 
 RETRIES = 3  # extra seeds per calibration line whose generation stops at once
 

@@ -1,5 +1,5 @@
 """The engine's CFM stage (spec §2.7, stage 4.4) on engine sessions: the one Euler loop
-(`s2mel_cache.core.euler`) driven by the single-graph `dit_cfg_step` velocity at s2mel cache level T0,
+(`cfm.loop.euler`) driven by the single-graph `dit_cfg_step` velocity at s2mel cache level T0,
 or by the calibrated piecewise velocity of the engine's s2mel cache above it. Also the start noise every
 backend draws for a row (numpy, from the row's own generator).
 """
@@ -12,15 +12,16 @@ from typing import Any
 
 import numpy as np
 
-from fasttts_cli.s2mel_cache import core, piecewise_ort
-from fasttts_cli.s2mel_cache.schedules import euler_times
+from fasttts_cli.cfm import loop as core
+from fasttts_cli.cfm.schedules import euler_times
+from fasttts_cli.indextts2.s2mel_cache import piecewise_ort
 
 Opener = Callable[[Path], Any]  # an ONNX file -> a session (`.run(names, feeds) -> {name: array}`)
 
 
 def ort_opener(threads: int | None = None) -> Opener:
     """How the s2mel cache opens its piece graphs: ONNX Runtime CPU sessions on `threads` threads."""
-    from fasttts_cli.indextts2.sessions import OrtSession, SessionOptions
+    from fasttts_cli.backends.onnxruntime.session import OrtSession, SessionOptions
 
     opts = SessionOptions(threads=threads)
     return lambda path: OrtSession(path, opts)
@@ -70,7 +71,7 @@ def cached_cfm(
     """The engine's calibrated s2mel cache for these run settings; None at level T0 (the plain loop)."""
     if level == "T0":
         return None
-    from fasttts_cli.presets import S2MelOptions
+    from fasttts_cli.spec.presets import S2MelOptions
 
     opts = S2MelOptions(steps=steps, cfg_rate=cfg_rate, schedule=schedule, cache_level=level)
     return piecewise_ort.CachedCFM.for_engine(folder, manifest, opts, opener)

@@ -1,7 +1,7 @@
 """The IndexTTS-2 engine folder's contract: component names, the IO this runtime feeds and reads, the
 config keys and host files it needs, and `check_manifest`, which refuses a folder that breaks it.
 
-Which backends may run a component comes from the backend registry (`backends.registry`): a graph
+Which backends may run a component comes from the backend registry (`spec.registry`): a graph
 component (ONNX model or TensorRT plan, IO names checked) on any backend whose artifact is a graph, the
 GPT as a worker folder on a backend whose artifact is a folder (TensorRT-LLM).
 """
@@ -14,14 +14,14 @@ from typing import Any
 
 import numpy as np
 
-from fasttts_cli.backends import registry
-from fasttts_cli.engine_folder import ComponentEntry, Manifest, check_preset_matches
 from fasttts_cli.errors import EngineMismatchError, UsageError
 from fasttts_cli.indextts2 import decode as dec
 from fasttts_cli.indextts2 import emotion as emo
 from fasttts_cli.indextts2.decode_inplace import inplace_inputs
 from fasttts_cli.indextts2.gpt_trtllm import GPT_TRTLLM
-from fasttts_cli.presets import Preset, load_preset
+from fasttts_cli.spec import registry
+from fasttts_cli.spec.engine_folder import ComponentEntry, Manifest, check_preset_matches
+from fasttts_cli.spec.presets import Preset, load_preset
 
 MODEL_ID = "indextts2"
 SUPPORTED_MODEL_VERSIONS = ("2", "2.0")

@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
+from fasttts_cli.backends.onnxruntime.session import Session
 from fasttts_cli.backends.protocol import StepOutput
 from fasttts_cli.indextts2 import generate_loop as loop
-from fasttts_cli.indextts2.sessions import Session
 
 # Trunk graph IO names (export.py writes them, the runtime feeds them).
 INPUTS_EMBEDS = "inputs_embeds"

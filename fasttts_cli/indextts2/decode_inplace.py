@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from fasttts_cli.backends.onnxruntime.session import InplaceBinding
 from fasttts_cli.backends.protocol import StepOutput
 from fasttts_cli.indextts2.decode import (
     HIDDEN,
@@ -31,7 +32,6 @@ from fasttts_cli.indextts2.decode import (
     HostPrompts,
     past_names,
 )
-from fasttts_cli.indextts2.sessions import InplaceBinding
 
 # Trunk IO names of the in-place form (build/gqa_trunk.py)
 SEQLENS_K = "seqlens_k"

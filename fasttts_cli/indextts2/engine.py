@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
+from fasttts_cli.backends.onnxruntime.session import Session, SessionOptions
 from fasttts_cli.backends.protocol import GPTSteps
-from fasttts_cli.backends.stages import StageTimes
-from fasttts_cli.engine_folder import Manifest, read_manifest
+from fasttts_cli.cfm.schedules import euler_times
 from fasttts_cli.errors import EngineMismatchError
 from fasttts_cli.indextts2 import cfm as cfm_stage
 from fasttts_cli.indextts2 import decode as dec
@@ -49,11 +49,11 @@ from fasttts_cli.indextts2.folder_sessions import FolderSessions
 from fasttts_cli.indextts2.generate_loop import NoStopDecoder, line_decoders
 from fasttts_cli.indextts2.gpt_trtllm import GPT_TRTLLM, LinePrompt, TrtllmGPT, worker_dir
 from fasttts_cli.indextts2.sampling import Decoded, SamplingParams
-from fasttts_cli.indextts2.sessions import Session, SessionOptions
+from fasttts_cli.indextts2.stages import StageTimes
 from fasttts_cli.indextts2.voice import SpeakerFeatures, VoiceConditioning, VoiceFlow
 from fasttts_cli.indextts2.voice_sessions import SessionVoiceStages
-from fasttts_cli.presets import INTEGER_PRECISIONS, Preset
-from fasttts_cli.s2mel_cache.schedules import euler_times
+from fasttts_cli.spec.engine_folder import Manifest, read_manifest
+from fasttts_cli.spec.presets import INTEGER_PRECISIONS, Preset
 
 # --------------------------------------------------------------------------------------- data at seams
 

@@ -60,7 +60,7 @@ def load_audio_native(path: Path | str) -> tuple[np.ndarray, int]:
 def _decode_with_ffmpeg(path: Path) -> tuple[np.ndarray, int]:
     import soundfile as sf
 
-    from fasttts_cli.ffmpeg import run_ffmpeg
+    from fasttts_cli.media.ffmpeg import run_ffmpeg
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "decoded.wav"

@@ -1,6 +1,6 @@
 """An engine folder's components, opened on first use through the backend registry.
 
-Each manifest entry names its backend; `backends.registry` says how that backend opens a component
+Each manifest entry names its backend; `spec.registry` says how that backend opens a component
 (an ONNX Runtime or TensorRT session, a TensorRT-LLM worker) and what it needs installed. A graph
 component's IO names are checked against what this runtime feeds and reads (`components.required_io`).
 """
@@ -12,8 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from fasttts_cli.backends import registry
-from fasttts_cli.engine_folder import Manifest
+from fasttts_cli.backends.onnxruntime.session import SessionOptions
 from fasttts_cli.errors import EngineMismatchError
 from fasttts_cli.indextts2.components import (
     GPT_TRUNK,
@@ -24,7 +23,8 @@ from fasttts_cli.indextts2.components import (
     required_io,
     runtime_components,
 )
-from fasttts_cli.indextts2.sessions import SessionOptions
+from fasttts_cli.spec import registry
+from fasttts_cli.spec.engine_folder import Manifest
 
 
 class FolderSessions:

@@ -1,4 +1,5 @@
-"""The GPT stage on TensorRT-LLM, from our runtime's side: a client of `fasttts_cli.trtllm_worker`.
+"""The GPT stage on TensorRT-LLM, from our runtime's side: a client of
+`fasttts_cli.backends.tensorrt_llm.trtllm_worker`.
 
 TensorRT-LLM lives in its own Python environment ($FASTTTS_TRTLLM_PYTHON), so the engine runs in a worker
 process and this module talks to it over pipes (framing: `trtllm_worker` docstring). The sampling stays
@@ -28,11 +29,17 @@ from typing import Any
 import numpy as np
 
 from fasttts_cli.backends.protocol import StepOutput
-from fasttts_cli.build import trtllm_convert as tc
+from fasttts_cli.backends.tensorrt_llm import trtllm_convert as tc
+from fasttts_cli.backends.tensorrt_llm.trtllm_worker import (
+    ENGINE_FILE,
+    PROTOCOL,
+    FrameError,
+    encode_frame,
+    read_frame,
+)
 from fasttts_cli.errors import EngineMismatchError, MissingDependencyError, SynthesisError
 from fasttts_cli.indextts2 import generate_loop as loop
 from fasttts_cli.indextts2.decode import HostEmbeddings
-from fasttts_cli.trtllm_worker import ENGINE_FILE, PROTOCOL, FrameError, encode_frame, read_frame
 
 TRTLLM_PYTHON_ENV = "FASTTTS_TRTLLM_PYTHON"  # same name as gpu_stack.TRTLLM_PYTHON_ENV
 TRTLLM_BACKEND_ENV = "FASTTTS_TRTLLM_BACKEND"
@@ -148,12 +155,20 @@ class WorkerClient:
         self.python = worker_python(want, python)
         self._stderr: collections.deque[str] = collections.deque(maxlen=stderr_lines)
         run_env = dict(os.environ if env is None else env)
-        # the worker imports fasttts_cli.trtllm_worker and build.trtllm_convert (numpy only) from this
+        # the worker imports fasttts_cli.backends.tensorrt_llm.trtllm_worker and its trtllm_convert
+        # (numpy only) from this
         # checkout: TensorRT-LLM's environment need not have fasttts installed
         run_env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(_PACKAGE_ROOT), run_env.get("PYTHONPATH")) if p
         )
-        cmd = [self.python, "-m", "fasttts_cli.trtllm_worker", str(self.engine_dir), "--backend", backend]
+        cmd = [
+            self.python,
+            "-m",
+            "fasttts_cli.backends.tensorrt_llm.trtllm_worker",
+            str(self.engine_dir),
+            "--backend",
+            backend,
+        ]
         try:
             self.proc = subprocess.Popen(
                 cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=run_env
@@ -377,3 +392,10 @@ class TrtllmGPT(loop.LoopMethods):
         arrays["code_lens"] = np.array([c.size for c in cs], dtype=np.int64)
         hidden = self.worker.request("latent", arrays)["hidden"]
         return [h.copy() for h in np.split(hidden, np.cumsum([c.size for c in cs])[:-1])]
+
+
+def open_worker(path: Path, options: Any) -> Any:
+    """The GPT on TensorRT-LLM: a worker process over the engine folder's `gpt_trtllm/` (options unused:
+    the worker sizes itself from its engine)."""
+    folder, backend = worker_dir(path)
+    return TrtllmGPT(folder, backend=backend)

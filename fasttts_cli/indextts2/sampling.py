@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from fasttts_cli.presets import DecodeOptions
+from fasttts_cli.spec.presets import DecodeOptions
 
 START_MEL_TOKEN = 8192
 STOP_MEL_TOKEN = 8193

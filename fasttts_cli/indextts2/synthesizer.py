@@ -24,7 +24,6 @@ from typing import Any
 import numpy as np
 
 from fasttts_cli import __version__
-from fasttts_cli.engine_folder import file_sha256, read_manifest
 from fasttts_cli.errors import InputError, UsageError
 from fasttts_cli.indextts2.engine import (
     MODEL_ID,
@@ -36,8 +35,16 @@ from fasttts_cli.indextts2.engine import (
 )
 from fasttts_cli.indextts2.sampling import SamplingParams
 from fasttts_cli.indextts2.voice_cache import VoiceCache, voice_key
-from fasttts_cli.presets import DecodeOptions, Preset, S2MelOptions, coerce_value
-from fasttts_cli.synthesizer import EmotionSpec, ResultCallback, SynthRequest, SynthResult, Voice, deliver
+from fasttts_cli.spec.engine_folder import file_sha256, read_manifest
+from fasttts_cli.spec.presets import DecodeOptions, Preset, S2MelOptions, coerce_value
+from fasttts_cli.synth.synthesizer import (
+    EmotionSpec,
+    ResultCallback,
+    SynthRequest,
+    SynthResult,
+    Voice,
+    deliver,
+)
 
 # Bump whenever this runtime's output for the same engine and preset could change (part of identity()).
 ENGINE_CODE_REV = 1
@@ -178,7 +185,7 @@ class IndexTTS2Synthesizer:
     def prepare_voice(
         self, path: Path, *, name: str | None = None, emotion: EmotionSpec | None = None
     ) -> Voice:
-        from fasttts_cli.audio import check_reference_voice
+        from fasttts_cli.audio.load import check_reference_voice
 
         path = Path(path)
         spec = emotion or EmotionSpec()

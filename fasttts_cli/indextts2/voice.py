@@ -1,7 +1,7 @@
 """A voice's conditioning, once for every backend: stages 1.1-1.7 and 3.1-3.3 chained over `VoiceStages`.
 
 `VoiceFlow` is mixed into each engine (`IndexTTS2Engine` over ONNX Runtime / TensorRT sessions,
-`TorchEngine` over PyTorch modules); the engine supplies the networks (`backends.stages.VoiceStages`:
+`TorchEngine` over PyTorch modules); the engine supplies the networks (`indextts2.stages.VoiceStages`:
 w2v-BERT, codec, CAMPPlus, length regulator, conditioners) and this module does the rest: loading the
 references, the log-mel prompt, the emotion blends and the emotion-vector mode, and running the speaker
 and emotion chains side by side where the engine says they may.
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from fasttts_cli.backends.stages import VoiceStages
 from fasttts_cli.indextts2 import emotion as emo
 from fasttts_cli.indextts2 import features as feat
+from fasttts_cli.indextts2.stages import VoiceStages
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""The voice stages (`backends.stages.VoiceStages`) over an engine folder's sessions.
+"""The voice stages (`indextts2.stages.VoiceStages`) over an engine folder's sessions.
 
 Mixed into `IndexTTS2Engine` beside `voice.VoiceFlow`, which chains them; the host provides
 `session(name)` (opened through the backend registry) and `times`.
@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from fasttts_cli.backends.stages import StageTimes
+from fasttts_cli.backends.onnxruntime.session import Session
 from fasttts_cli.indextts2 import features as feat
 from fasttts_cli.indextts2.components import (
     CAMPPLUS,
@@ -20,7 +20,7 @@ from fasttts_cli.indextts2.components import (
     SPEAKER_CONDITIONER,
     W2V_BERT,
 )
-from fasttts_cli.indextts2.sessions import Session
+from fasttts_cli.indextts2.stages import StageTimes
 from fasttts_cli.indextts2.voice import cond_lengths
 
 

@@ -71,15 +71,15 @@ def prepare(work: Path, kind: str, preset_name: str, say: Any = print) -> dict[s
     `prepared.json` describing them; returns that description. Needs the `build` extra (torch)."""
     import torch
 
+    from fasttts_cli.backends.onnxruntime.session import OrtSession, SessionOptions
     from fasttts_cli.build import tensorrt_build as tb
     from fasttts_cli.build import tiny
-    from fasttts_cli.build.checkpoint import load_checkpoint
     from fasttts_cli.build.export import build_engine, engine_specs
     from fasttts_cli.build.quantize import apply_precision
-    from fasttts_cli.engine_folder import read_manifest
     from fasttts_cli.indextts2 import decode as dec
-    from fasttts_cli.indextts2.sessions import OrtSession, SessionOptions
-    from fasttts_cli.presets import ComponentSpec, load_preset
+    from fasttts_cli.nets.checkpoint import load_checkpoint
+    from fasttts_cli.spec.engine_folder import read_manifest
+    from fasttts_cli.spec.presets import ComponentSpec, load_preset
 
     torch.set_grad_enabled(False)
     p = _layout(work, kind, preset_name)
@@ -172,8 +172,8 @@ def _compare(sess: Any, cases: Any, detail: list[str]) -> tuple[float, float]:
 def run_checks(work: Path, kind: str, preset_name: str, sim_cpu: bool, table: Table) -> None:
     from fasttts_cli.build import tensorrt_build as tb
     from fasttts_cli.build.onnx_shapes import check_tensorrt_outputs
-    from fasttts_cli.engine_folder import read_manifest
-    from fasttts_cli.presets import load_preset
+    from fasttts_cli.spec.engine_folder import read_manifest
+    from fasttts_cli.spec.presets import load_preset
 
     mode = "sim" if sim_cpu else "ran"
     p = _layout(work, kind, preset_name)
@@ -181,7 +181,7 @@ def run_checks(work: Path, kind: str, preset_name: str, sim_cpu: bool, table: Ta
     manifest = read_manifest(p["ref"])
     preset = load_preset(preset_name)
     with _backend(sim_cpu):
-        from fasttts_cli.indextts2.sessions_trt import TrtSession
+        from fasttts_cli.backends.tensorrt.session import TrtSession
 
         sessions: dict[str, Any] = {}
         for name, d in described["components"].items():
@@ -289,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.prepare or not table.ok:
             return table.finish(a.out)
     if not a.sim_cpu:
-        from fasttts_cli import gpu_stack
+        from fasttts_cli.backends import gpu_stack
 
         st = gpu_stack.detect()
         if not st.has_gpu:

@@ -91,10 +91,10 @@ def run_parity(
 ) -> None:
     import yaml
 
-    from fasttts_cli.build.bigvgan import load_bigvgan
-    from fasttts_cli.build.s2mel import load_s2mel
-    from fasttts_cli.build.unified_voice import load_unified_voice
-    from fasttts_cli.torch_backend.parity_torch import check_case
+    from fasttts_cli.nets.bigvgan import load_bigvgan
+    from fasttts_cli.nets.s2mel import load_s2mel
+    from fasttts_cli.nets.unified_voice import load_unified_voice
+    from fasttts_cli.tools.parity_torch import check_case
 
     cases = load_parity_cases(folder)[:max_cases]
     if not cases or not (folder / "make_checkpoint.py").is_file():

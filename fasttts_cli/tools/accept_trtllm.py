@@ -75,10 +75,10 @@ def build(ckpt: Path, out: Path, precision: str, python: str) -> tuple[Path, Pat
     """`build_gpt` exactly as `fasttts build` runs it; returns (engine dir, converted checkpoint dir)."""
     import yaml
 
-    from fasttts_cli.build import trtllm_convert as tc
+    from fasttts_cli.backends.tensorrt_llm import trtllm_convert as tc
     from fasttts_cli.build.trtllm_build import GptSizes, build_gpt
     from fasttts_cli.indextts2.gpt_trtllm import CHECKPOINT_DIR, ENGINE_DIR, GPT_TRTLLM, TRTLLM_PYTHON_ENV
-    from fasttts_cli.presets import ComponentSpec, Limits
+    from fasttts_cli.spec.presets import ComponentSpec, Limits
 
     g = yaml.safe_load((ckpt / "config.yaml").read_text(encoding="utf-8"))["gpt"]
     state = tc.state_from_gpt_pth(ckpt / "gpt.pth")

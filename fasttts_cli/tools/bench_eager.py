@@ -17,11 +17,11 @@ def bench_eager(
     """Our PyTorch modules driven the original's way: one line at a time, batch 1 (beams as rows)."""
     import torch
 
-    from fasttts_cli.build.checkpoint import CheckpointPaths, load_checkpoint, load_config
-    from fasttts_cli.build.w2v_bert import load_w2v_bert
     from fasttts_cli.indextts2 import features as feat
     from fasttts_cli.indextts2.engine import NoStopDecoder, segment_seed_generator
     from fasttts_cli.indextts2.sampling import SamplingParams
+    from fasttts_cli.nets.checkpoint import CheckpointPaths, load_checkpoint, load_config
+    from fasttts_cli.nets.w2v_bert import load_w2v_bert
 
     torch.set_grad_enabled(False)
     if opts.threads:

@@ -16,7 +16,7 @@ from fasttts_cli.tools.bench_common import peak_rss_mb, timed
 def full_config() -> dict[str, Any]:
     """The release's config.yaml (spec §1.2)."""
     from fasttts_cli.build.tiny import TINY_CONFIG
-    from fasttts_cli.torch_backend.random_model import FULL_GPT
+    from fasttts_cli.nets.random_modules import FULL_GPT
 
     cfg = json.loads(json.dumps(TINY_CONFIG))  # the schema; every size below is the release's
     cfg["gpt"] = {**cfg["gpt"], **json.loads(json.dumps(FULL_GPT))}
@@ -65,15 +65,15 @@ def write_random_checkpoint(out: Path, seed: int = 0) -> Path:
     from transformers import Wav2Vec2BertConfig, Wav2Vec2BertModel
 
     from fasttts_cli.build import tiny
-    from fasttts_cli.build.campplus import CAMPPlus
-    from fasttts_cli.build.codec import CodecSizes, SemanticCodec
-    from fasttts_cli.torch_backend.random_model import random_bigvgan, random_s2mel, random_unified_voice
+    from fasttts_cli.nets.campplus import CAMPPlus
+    from fasttts_cli.nets.codec import CodecSizes, SemanticCodec
+    from fasttts_cli.nets.random_modules import random_bigvgan, random_s2mel, random_unified_voice
 
     def state(m: torch.nn.Module) -> dict[str, torch.Tensor]:
         return {k: v.detach().contiguous() for k, v in m.state_dict().items()}
 
     out.mkdir(parents=True, exist_ok=True)
-    from fasttts_cli.build.checkpoint import RANDOM_KEY
+    from fasttts_cli.nets.checkpoint import RANDOM_KEY
 
     cfg = {**full_config(), RANDOM_KEY: True}  # engines built from it say they have random weights
     (out / "config.yaml").write_text(

@@ -1,6 +1,6 @@
 """The torch backend's random-weight bench: ours (static cache + CUDA graphs) vs the same modules eager.
 
-A random-weight model built in-process (`torch_backend.random_model`: full size = UnifiedVoice 866M
+A random-weight model built in-process (`nets.random_modules`: full size = UnifiedVoice 866M
 parameters, s2mel DiT, BigVGAN v2 22 kHz 256x; nothing downloaded, no checkpoint carried), forced lengths
 (`tokens` codes per line, the stop token masked; 100 codes = a 2 s line), a prompt of `prompt_frames` mel
 frames, `steps` Euler steps. For each batch size: ours (fp16 GPT and DiT by default, BigVGAN fp32/TF32)
@@ -23,11 +23,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from fasttts_cli.backends.torch.s2mel import S2MelSettings, TorchS2Mel, TorchVocoder
+from fasttts_cli.indextts2.decode_torch import DecodeSettings, TorchGPT
 from fasttts_cli.indextts2.sampling import SamplingParams
-from fasttts_cli.torch_backend.decode_torch import DecodeSettings, TorchGPT
-from fasttts_cli.torch_backend.random_model import random_bigvgan, random_s2mel, random_unified_voice
-from fasttts_cli.torch_backend.s2mel_torch import S2MelSettings, TorchS2Mel, TorchVocoder
-from fasttts_cli.torch_backend.sampling_torch import RowParams, process_scores
+from fasttts_cli.indextts2.sampling_torch import RowParams, process_scores
+from fasttts_cli.nets.random_modules import random_bigvgan, random_s2mel, random_unified_voice
 
 SR = 22050
 CODE_TO_FRAMES = 1.72

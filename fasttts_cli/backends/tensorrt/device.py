@@ -132,7 +132,7 @@ class DeviceTensor:
         return len(self.shape)
 
     def __getitem__(self, rows: Any) -> DeviceTensor:
-        from fasttts_cli.indextts2.sessions import row_index
+        from fasttts_cli.backends.onnxruntime.session import row_index
 
         n = self.shape[0]
         idx = row_index(rows, n)

@@ -1,5 +1,6 @@
 """The worker's side of the client <-> worker protocol: framing, request parsing, per-generation row
-bookkeeping and the `Backend` seam both backends implement (wire format: `fasttts_cli/trtllm_worker.py`).
+bookkeeping and the `Backend` seam both backends implement (wire format:
+`fasttts_cli/backends/tensorrt_llm/trtllm_worker.py`).
 
 numpy only (plus the numpy-only converter): it runs inside TensorRT-LLM's own Python environment.
 """
@@ -16,8 +17,8 @@ from typing import Any, BinaryIO, Protocol
 
 import numpy as np
 
+from fasttts_cli.backends.tensorrt_llm import trtllm_convert as tc
 from fasttts_cli.backends.tensorrt_llm.names import ENGINE_FILE  # noqa: F401  (re-exported)
-from fasttts_cli.build import trtllm_convert as tc
 
 PROTOCOL = 1
 MAGIC = b"FTW1"

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from fasttts_cli.backends.tensorrt_llm import gpt2_numpy
+from fasttts_cli.backends.tensorrt_llm import trtllm_convert as tc
 from fasttts_cli.backends.tensorrt_llm.protocol import (
     Channel,
     EngineError,
@@ -26,7 +27,6 @@ from fasttts_cli.backends.tensorrt_llm.protocol import (
     layout_from_config,
     line_inputs,
 )
-from fasttts_cli.build import trtllm_convert as tc
 
 
 def read_checkpoint(ckpt_dir: Path) -> tuple[dict, dict[str, np.ndarray]]:

@@ -43,9 +43,9 @@ from typing import Any
 import numpy as np
 
 from fasttts_cli.backends.tensorrt_llm import protocol
+from fasttts_cli.backends.tensorrt_llm import trtllm_convert as tc
 from fasttts_cli.backends.tensorrt_llm.architecture import register_architecture
 from fasttts_cli.backends.tensorrt_llm.protocol import Channel, EngineError, Frame, Lines, RequestError
-from fasttts_cli.build import trtllm_convert as tc
 
 FORCED_LOGIT = -1e4  # every other logit of a forced step: greedy decoding then picks exactly our token
 _BUILD_FLAGS = (

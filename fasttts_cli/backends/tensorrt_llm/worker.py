@@ -1,5 +1,6 @@
 """The worker's serving loop: open a backend for an engine folder, answer the ready frame, then one
-request after another until `close` or end of input (protocol: `fasttts_cli/trtllm_worker.py`)."""
+request after another until `close` or end of input
+(protocol: `fasttts_cli/backends/tensorrt_llm/trtllm_worker.py`)."""
 
 from __future__ import annotations
 

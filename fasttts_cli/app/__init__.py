@@ -1,0 +1,1 @@
+"""The jobs (dub, synth, inspect) as stage sequences, engine loading, doctor, download."""

@@ -1,0 +1,135 @@
+"""`fasttts synth`: one line to one audio file at the engine's own sample rate."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fasttts_cli.app.engine_load import (
+    engine_info,
+    engine_random_weights,
+    load_synthesizer,
+    random_weights_warning,
+)
+from fasttts_cli.app.inspection import forecast_duration
+from fasttts_cli.app.job import AUDIO_EXTS, SYNTH_FAILURE_POLICIES, DubOptions, LineState, check_writable
+from fasttts_cli.app.progress import QUIET, Reporter
+from fasttts_cli.app.synthesis import synth_with_guard
+from fasttts_cli.dubbing.cache import line_seed
+from fasttts_cli.errors import SynthesisError, UsageError
+from fasttts_cli.synth.engine_select import EngineSelection, select_engine
+from fasttts_cli.synth.synthesizer import EmotionSpec, Synthesizer, SynthResult
+
+
+@dataclass
+class SynthOptions:
+    text: str
+    voice: Path
+    output: Path
+    engine: str | None = None
+    preset: str | None = None
+    seed: int = 0
+    max_retries: int = 2
+    emotion: EmotionSpec | None = None
+    on_line_failure: str = "fail"  # fail | silence (skip would leave nothing to write)
+
+
+def synth_one(
+    so: SynthOptions, rep: Reporter | None = None, *, synthesizer: Synthesizer | None = None
+) -> dict[str, Any]:
+    """`fasttts synth`: one line to one audio file at the engine's own sample rate (no resampling)."""
+    from fasttts_cli.dubbing.plan import clean_text
+    from fasttts_cli.media.mux import write_audio
+
+    rep = rep or Reporter(verbosity=QUIET)
+    text = clean_text(so.text)
+    if not text:
+        raise UsageError("synth: the text is empty")
+    if so.on_line_failure not in SYNTH_FAILURE_POLICIES:
+        raise UsageError(
+            f"--on-line-failure must be one of {', '.join(SYNTH_FAILURE_POLICIES)} for synth "
+            f"(got {so.on_line_failure!r})",
+            hint="skip applies to dub only: synth has one line, skipping it would write nothing",
+        )
+    if so.max_retries < 0:
+        raise UsageError(f"--max-retries must be >= 0 (got {so.max_retries})")
+    if so.output.suffix.lower() not in AUDIO_EXTS:
+        raise UsageError(f"-o/--output {so.output}: the extension must be one of {', '.join(AUDIO_EXTS)}")
+    check_writable(so.output.parent if str(so.output.parent) else Path("."), "-o/--output")
+    from fasttts_cli.media.probe import probe
+
+    for ref in (so.voice, so.emotion.audio if so.emotion is not None else None):
+        if ref is not None:
+            probe(ref, check_complete=True)  # a truncated reference is refused before the model loads
+    selection = select_engine(so.engine) if synthesizer is None else EngineSelection("custom", None, "given")
+    with rep.stage("load"):
+        synth = synthesizer or load_synthesizer(selection, so.preset)
+    try:
+        if not synth.clones_voice:
+            rep.warn("draft voice: the reference voice is NOT cloned (Piper 'joe' voice)")
+        if engine_random_weights(selection, synth):
+            rep.warn(random_weights_warning(selection))
+        with rep.stage("voices"):
+            voice = synth.prepare_voice(so.voice, emotion=so.emotion)
+        seed = line_seed(text, voice.key, so.seed)
+        st = LineState(_SynthLine(1, text), voice, seed)
+        t0 = time.monotonic()
+
+        def final(i: int, res: SynthResult | None, retries: int, problem: str | None, secs: float) -> None:
+            dur = (
+                len(res.audio) / res.sample_rate
+                if problem is None and res and res.audio is not None
+                else None
+            )
+            rep.line_done(
+                i, cached=False, duration=dur, rtf=secs / dur if dur else None, retries=retries, error=problem
+            )
+
+        with rep.stage("synthesize"):
+            res, retries, problem = synth_with_guard(
+                DubOptions(script=Path("-"), max_retries=so.max_retries), synth, {1: st}, [1], on_final=final
+            )[1]
+        failed = problem is not None or res is None or res.audio is None
+        if failed:
+            msg = f"synthesis failed after {retries} retries: {problem or 'no audio'}"
+            if so.on_line_failure == "fail":
+                raise SynthesisError(msg, hint="--on-line-failure silence writes silence instead")
+            rep.warn(f"{msg} (left silent)")
+            # as long as the text would take, so a caller placing the file keeps its timing
+            sr = int(synth.sample_rate)
+            audio = np.zeros(round(forecast_duration(text) * sr), np.float32)
+        else:
+            assert res is not None and res.audio is not None
+            audio, sr = res.audio, res.sample_rate
+        dt = time.monotonic() - t0
+        with rep.stage("write"):
+            write_audio(so.output, audio, sr)
+        dur = len(audio) / sr
+        return {
+            "ok": True,
+            "command": "synth",
+            "outputs": {"audio": str(so.output)},
+            "duration": round(dur, 3),
+            "sample_rate": sr,
+            "seed": seed,
+            "retries": retries,
+            "failed": failed,
+            "error": problem if failed else None,
+            "rtf": round(dt / dur, 4) if dur else None,
+            "engine": engine_info(selection, synth, so.preset),
+            "warnings": rep.warnings,
+            "timings": rep.timings,
+        }
+    finally:
+        if synthesizer is None:
+            synth.close()
+
+
+@dataclass(frozen=True)
+class _SynthLine:
+    index: int
+    text: str

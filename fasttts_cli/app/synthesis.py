@@ -1,0 +1,236 @@
+"""The synthesis stage of the dub job: prepare voices, verify the cache, synthesize the misses batch by
+batch with the runaway guard and the failure policy; each line is cached the moment it is final."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from fasttts_cli.app.job import GUARD, DubOptions, JobInputs, LineState, OutputPaths, format_ranges, plan_job
+from fasttts_cli.app.progress import Reporter
+from fasttts_cli.dubbing.cache import LineCache, check_hits, line_key, line_seed, normalize_text, retry_seed
+from fasttts_cli.errors import FastTTSError, SynthesisError
+from fasttts_cli.synth.synthesizer import Synthesizer, SynthRequest, SynthResult, Voice, synthesize_rows
+
+
+def _voice_warnings(path: Path, rep: Reporter) -> None:
+    """Odd but usable references (very long, clipped): the engine accepted them, the user should know."""
+    from fasttts_cli.audio.load import inspect_reference_voice
+
+    try:
+        for w in inspect_reference_voice(path).warnings:
+            rep.warn(w)
+    except FastTTSError:
+        pass  # the engine's own check is authoritative; it accepted this file
+
+
+def synthesis_batches(batches: list[list[int]], clones_voice: bool, size: int) -> list[list[int]]:
+    """The plan's batches as the engine gets them. A non-cloning engine ignores the reference, so batches
+    split by voice only cost extra process starts (~1 s each for piper): they are regrouped into
+    --batch-size chunks."""
+    if clones_voice:
+        return batches
+    flat = [i for b in batches for i in b]
+    return [flat[k : k + size] for k in range(0, len(flat), size)]
+
+
+class DubInterrupted(KeyboardInterrupt):
+    """Ctrl-C during synthesis; `message` says what was kept."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def synthesize_all(
+    o: DubOptions,
+    rep: Reporter,
+    job: JobInputs,
+    plan: Any,
+    counter: Callable[[str], int],
+    paths: OutputPaths,
+    synth: Synthesizer,
+) -> tuple[dict[int, LineState], list[int]]:
+    """Prepare voices, find cache misses, synthesize them batch by batch; every line ends with audio
+    (from the cache or fresh) or an error allowed by the failure policy."""
+    cache = LineCache(paths.work_dir / "lines")
+    identity = synth.identity()
+    params: dict[str, Any] = {"options": {}}  # per-line synthesis options (none yet): part of the key
+
+    with rep.stage("voices"):
+        voices: dict[Path, Voice] = {}
+        for ln in plan.lines:
+            if ln.voice not in voices:
+                name = ln.speaker or ln.voice.stem
+                voices[ln.voice] = synth.prepare_voice(ln.voice, name=name, emotion=o.emotion)
+                _voice_warnings(ln.voice, rep)
+
+    states: dict[int, LineState] = {}
+    for ln in plan.lines:
+        v = voices[ln.voice]
+        seed = line_seed(ln.text, v.key, o.seed)
+        states[ln.index] = LineState(ln, v, seed, line_key(ln.text, v.key, identity, params, seed))
+    forced = job.only or set()
+    # Every hit is verified in full before the to-do list is made (meta, .npy header and size, checksum:
+    # about 1 s for a 2-hour film's 1500 lines), so a damaged entry is re-synthesized now and placement
+    # never meets one.
+    with rep.stage("cache"):
+        hits, damaged = check_hits(cache, {i: st.key for i, st in states.items() if i not in forced})
+    for i, why in damaged.items():
+        st = states[i]
+        rep.warn(
+            f"{st.line.source}: line {i}: its cached audio ({st.key[:12]} in {cache.root}) is damaged: "
+            f"{why}; removed, it will be re-synthesized"
+        )
+    todo = [i for i in states if i not in hits]
+    if job.only:
+        extra = [i for i in todo if i not in forced]
+        if extra:
+            rep.info(f"--only: lines {format_ranges(extra)} are not cached yet and are synthesized too")
+    rep.info(
+        f"{len(states)} lines: {len(states) - len(todo)} cached, {len(todo)} to synthesize "
+        f"({synth.name} engine; work dir {paths.work_dir})"
+    )
+    rep.event("cache", to_synthesize=len(todo), cached=len(states) - len(todo))
+
+    # Re-batch just the lines to synthesize, with the plan's own rule.
+    batches = [list(b.line_indices) for b in plan_job(job.cues, job.voices, counter, o, set(todo)).batches]
+    batches = synthesis_batches(batches, synth.clones_voice, o.batch_size)
+    try:
+        with rep.stage("synthesize"):
+            _synthesize(o, rep, synth, cache, states, batches, identity)
+    except KeyboardInterrupt:
+        done = sum(1 for i in todo if cache.has(states[i].key))
+        rep.event("error", ok=False, error="interrupted", exit_code=130)
+        raise DubInterrupted(
+            f"interrupted: {done} of the {len(todo)} lines to synthesize are finished and cached in "
+            f"{paths.work_dir}; run the same command again to resume"
+        ) from None
+
+    for i, meta in hits.items():  # the verified metas: nothing is re-read
+        st = states[i]
+        st.n_samples, st.sample_rate = int(meta["n_samples"]), int(meta["sample_rate"])
+        st.retries, st.n_tokens = int(meta.get("retries", 0)), meta.get("n_tokens")
+        st.cached = True
+    return states, todo
+
+
+def _synthesize(
+    o: DubOptions,
+    rep: Reporter,
+    synth: Synthesizer,
+    cache: LineCache,
+    states: dict[int, LineState],
+    batches: list[list[int]],
+    identity: str,
+) -> None:
+    rep.begin_synthesis(sum(len(b) for b in batches), len(batches))
+    try:
+        for bno, ids in enumerate(batches, 1):
+            rep.batch_start(bno, len(ids))
+            t0 = time.monotonic()
+            audio_s = 0.0
+
+            def final(
+                i: int, res: SynthResult | None, retries: int, problem: str | None, secs: float
+            ) -> None:
+                # Cached and reported the moment the line is final, while its batch-mates are still being
+                # synthesized: a bar that moves, and an interrupt that keeps every finished line.
+                nonlocal audio_s
+                st = states[i]
+                st.retries = retries
+                if problem is None and res is not None and res.audio is not None:
+                    meta = {
+                        "line": i,
+                        "text": normalize_text(st.line.text),
+                        "voice": st.voice.key if st.voice else None,
+                        "identity": identity,
+                        "seed": st.seed,
+                        "retries": retries,
+                        "n_tokens": res.n_tokens,
+                        "hit_token_limit": res.hit_token_limit,
+                    }
+                    hit = cache.put(st.key, res.audio, res.sample_rate, meta)
+                    st.n_samples, st.sample_rate, st.n_tokens = len(hit.audio), hit.sample_rate, res.n_tokens
+                    audio_s += hit.duration
+                else:
+                    st.error = problem or "no audio"
+                dur = None if st.n_samples is None else st.n_samples / st.sample_rate
+                rtf = (secs / dur) if dur else None
+                rep.line_done(i, cached=False, duration=dur, rtf=rtf, retries=st.retries, error=st.error)
+
+            synth_with_guard(o, synth, states, ids, on_final=final)
+            rep.batch_done(bno, len(ids), time.monotonic() - t0, audio_s)
+            for i in ids:
+                st = states[i]
+                if st.error is None:
+                    continue
+                msg = f"{st.line.source}: line {i} failed after {st.retries} retries: {st.error}"
+                if o.on_line_failure == "fail":
+                    raise SynthesisError(
+                        msg, hint="--on-line-failure silence|skip finishes the job without it"
+                    )
+                rep.warn(f"{msg} ({'left silent' if o.on_line_failure == 'silence' else 'skipped'})")
+    finally:
+        rep.end_synthesis()
+
+
+# (line, result, retries, problem, synthesis seconds over its attempts): a line's outcome once it is final
+FinalLine = Callable[[int, SynthResult | None, int, str | None, float], None]
+
+
+def synth_with_guard(
+    o: DubOptions,
+    synth: Synthesizer,
+    states: dict[int, LineState],
+    ids: list[int],
+    on_final: FinalLine | None = None,
+) -> dict[int, tuple[SynthResult | None, int, str | None]]:
+    """Synthesize `ids`; lines that fail or look like runaways are retried with new seeds, up to
+    --max-retries times, batched together. Returns (result, retries, problem) per line, and hands each
+    line to `on_final` as soon as its outcome is final (as the engine reports rows: see
+    `synthesizer.synthesize_rows`). A random-weight engine speaks noise of no particular length: only its
+    failures count, not the runaway guard."""
+    guard = None if getattr(synth, "random_weights", False) else GUARD
+    out: dict[int, tuple[SynthResult | None, int, str | None]] = {}
+    spent: dict[int, float] = dict.fromkeys(ids, 0.0)
+
+    def attempt(pending: list[int], n: int) -> list[int]:
+        """One engine call for `pending` (attempt n); returns the lines to try again."""
+        reqs = []
+        for i in pending:
+            st = states[i]
+            seed = st.seed if n == 0 else retry_seed(st.seed, n)
+            assert st.voice is not None
+            reqs.append(SynthRequest(line_id=str(i), text=st.line.text, voice=st.voice, seed=seed))
+        again: list[int] = []
+
+        def row(k: int, res: SynthResult, seconds: float) -> None:
+            i = pending[k]
+            spent[i] += seconds
+            if not res.ok:
+                problem: str | None = res.error or "no audio"
+            else:
+                assert res.audio is not None
+                dur = len(res.audio) / res.sample_rate
+                problem = (
+                    None if guard is None else guard.check(states[i].line.text, dur, res.hit_token_limit)
+                )
+            out[i] = (res, n, problem)
+            if problem is not None and n < o.max_retries:
+                again.append(i)
+            elif on_final is not None:
+                on_final(i, res, n, problem, spent[i])
+
+        results = synthesize_rows(synth, reqs, row)
+        if len(results) != len(reqs):
+            raise FastTTSError(f"{synth.name} engine returned {len(results)} results for {len(reqs)} lines")
+        return sorted(again, key=pending.index)
+
+    pending, n = list(ids), 0
+    while pending:
+        pending = attempt(pending, n)
+        n += 1
+    return out

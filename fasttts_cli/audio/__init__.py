@@ -1,0 +1,1 @@
+"""Float32 audio: loading and resampling, tempo, the timeline and mix, loudness."""

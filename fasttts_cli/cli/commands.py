@@ -1,0 +1,394 @@
+"""The `fasttts` command line: a thin Typer shell over pipeline.py (dub), inspection.py (inspect) and
+single_line.py (synth); the engine commands are in cli_engines.py and cli_bench.py, and what every command
+shares (the app, option types, the error contract) in cli_shared.py.
+
+Conventions (README, "Exit codes"): stdout carries only results (with --json: exactly one JSON object,
+also on failure); logs, warnings and progress go to stderr. Errors are one line,
+`fasttts: error: ...` (plus a hint line), never a traceback unless -v is given.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from fasttts_cli.app.progress import NORMAL, Reporter
+
+# ---- dub -----------------------------------------------------------------------------------------
+from fasttts_cli.cli.shared import (
+    EXIT_CODES_HELP,
+    AllowOverlapOpt,
+    BatchSizeOpt,
+    EmotionAlphaOpt,
+    EmotionAudioOpt,
+    EmotionVectorOpt,
+    EncodingOpt,
+    EngineOpt,
+    FormatOpt,
+    JsonlOpt,
+    JsonOpt,
+    MaxBatchTokensOpt,
+    MinGapOpt,
+    NamePrefixOpt,
+    PresetOpt,
+    QuietOpt,
+    StrictVoicesOpt,
+    StylesOpt,
+    VerboseOpt,
+    app,
+    emotion_spec,
+    execute,
+    fail,
+    options_from,
+    verbosity,
+)
+from fasttts_cli.errors import ExitCode
+
+
+@app.command(epilog=EXIT_CODES_HELP)
+def dub(
+    script: Annotated[
+        Path,
+        typer.Argument(help="Subtitles or script: .srt .vtt .ass .ssa .txt .tsv .csv .jsonl; - = stdin."),
+    ],
+    voice: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--voice",
+            metavar="[NAME=]PATH",
+            help="Reference voice: PATH (default) or NAME=PATH per speaker; repeat.",
+        ),
+    ] = None,
+    video: Annotated[
+        Path | None, typer.Option("--video", help="Video to dub; without it, audio only.")
+    ] = None,
+    lang: Annotated[
+        str, typer.Option("--lang", help="ISO 639-2 code of the dub language (eng, spa, ...).")
+    ] = "und",
+    output: Annotated[
+        Path | None, typer.Option("-o", "--output", help="Output file (default <stem>.<lang>.<ext>).")
+    ] = None,
+    output_dir: Annotated[
+        Path | None, typer.Option("--output-dir", help="Folder for outputs (default: next to the input).")
+    ] = None,
+    work_dir: Annotated[
+        Path | None,
+        typer.Option("--work-dir", help="Cache/work folder (default <stem>.fasttts/ by the output)."),
+    ] = None,
+    engine: EngineOpt = None,
+    preset: PresetOpt = None,
+    input_format: FormatOpt = None,
+    name_prefix: NamePrefixOpt = False,
+    strict_voices: StrictVoicesOpt = False,
+    styles: StylesOpt = None,
+    encoding: EncodingOpt = None,
+    allow_overlap: AllowOverlapOpt = False,
+    batch_size: BatchSizeOpt = 8,
+    max_batch_tokens: MaxBatchTokensOpt = 2000,
+    seed: Annotated[
+        int, typer.Option("--seed", help="Base seed; each line's seed derives from it, its text and voice.")
+    ] = 0,
+    only: Annotated[
+        str | None, typer.Option("--only", metavar="3,7-9", help="Re-render just these lines (forced).")
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Check inputs and write the plan; load no model.")
+    ] = False,
+    on_line_failure: Annotated[str, typer.Option("--on-line-failure", help="fail | silence | skip")] = "fail",
+    max_retries: Annotated[
+        int, typer.Option("--max-retries", help="Re-syntheses of an implausible line.")
+    ] = 2,
+    max_speedup: Annotated[
+        float, typer.Option("--max-speedup", help="Tempo cap (1.25 = 25% faster).")
+    ] = 1.25,
+    max_slowdown: Annotated[
+        float, typer.Option("--max-slowdown", help="Slow-down cap (1.0 = never slow down).")
+    ] = 1.0,
+    min_gap: MinGapOpt = 0.08,
+    max_factor_step: Annotated[
+        float, typer.Option("--max-factor-step", help="Max tempo difference of neighbours.")
+    ] = 0.1,
+    overflow: Annotated[str, typer.Option("--overflow", help="shift | overlap | truncate | fail")] = "shift",
+    mix: Annotated[str, typer.Option("--mix", help="replace | keep | duck | background")] = "replace",
+    background: Annotated[
+        Path | None, typer.Option("--background", help="Music-and-effects stem under the dub.")
+    ] = None,
+    loudness: Annotated[float, typer.Option("--loudness", help="Integrated loudness target, LUFS.")] = -23.0,
+    true_peak: Annotated[float, typer.Option("--true-peak", help="True-peak ceiling, dBTP.")] = -1.0,
+    soft_subtitles: Annotated[
+        bool, typer.Option("--soft-subtitles", help="Embed the re-timed subtitles.")
+    ] = False,
+    default_subtitles: Annotated[
+        bool, typer.Option("--default-subtitles", help="Mark the soft-subtitle track default (shown).")
+    ] = False,
+    title: Annotated[str | None, typer.Option("--title", help="Dub track title.")] = None,
+    no_wait: Annotated[
+        bool,
+        typer.Option("--no-wait", help="If another run holds the work folder, exit 2 instead of waiting."),
+    ] = False,
+    emotion_audio: EmotionAudioOpt = None,
+    emotion_vector: EmotionVectorOpt = None,
+    emotion_alpha: EmotionAlphaOpt = 1.0,
+    json_out: JsonOpt = False,
+    progress_jsonl: JsonlOpt = None,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = 0,
+) -> int:
+    """Dub a subtitle/script file: synthesize every line, fit it to its slot, mix, mux."""
+    params = dict(locals())  # the flags, named as DubOptions' fields
+    from fasttts_cli.app.pipeline import DubOptions, run_dub
+
+    opts = options_from(DubOptions, params, voices=list(voice or []))
+
+    def body(rep: Reporter) -> dict[str, Any]:
+        opts.emotion = emotion_spec(emotion_audio, emotion_vector, emotion_alpha)
+        return run_dub(opts, rep).to_json()
+
+    def human(r: dict[str, Any]) -> None:
+        if r.get("dry_run"):
+            ln = r["lines"]
+            print(f"dry run: {ln['total']} lines in {ln['batches']} batches; plan: {r['outputs']['plan']}")
+            print(f"would write: {r['outputs']['would_write']}")
+            return
+        s = r["lines"]
+        main = r["outputs"].get("video") or r["outputs"].get("audio")
+        print(f"wrote {main}")
+        print(f"subtitles {r['outputs']['subtitles']}; report {r['report']}")
+        print(
+            f"{s['total']} lines: {s['synthesized']} synthesized, {s['cached']} cached, "
+            f"{s['failed']} failed, {s['retries']} retries; {s['sped_up']} sped up "
+            f"(max {s['max_factor']}x), {s['shifted']} shifted; "
+            f"{s['loudness_lufs']} LUFS, {s['true_peak_dbtp']} dBTP"
+        )
+
+    return execute(json_out, verbosity(quiet, verbose), progress_jsonl, "dub", body, human)
+
+
+# ---- synth ---------------------------------------------------------------------------------------
+
+
+@app.command(epilog=EXIT_CODES_HELP)
+def synth(
+    text: Annotated[str, typer.Argument(help="The text to speak; - reads it from stdin.")],
+    voice: Annotated[Path, typer.Option("--voice", help="Reference voice audio.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Output audio: .wav, .flac or .m4a.")],
+    engine: EngineOpt = None,
+    preset: PresetOpt = None,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    on_line_failure: Annotated[
+        str, typer.Option("--on-line-failure", help="fail | silence (write silence of the text's length)")
+    ] = "fail",
+    max_retries: Annotated[
+        int, typer.Option("--max-retries", help="Re-syntheses of an implausible line.")
+    ] = 2,
+    emotion_audio: EmotionAudioOpt = None,
+    emotion_vector: EmotionVectorOpt = None,
+    emotion_alpha: EmotionAlphaOpt = 1.0,
+    json_out: JsonOpt = False,
+    progress_jsonl: JsonlOpt = None,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = 0,
+) -> int:
+    """Speak one line in a reference voice, to an audio file at the engine's sample rate."""
+    from fasttts_cli.app.single_line import SynthOptions, synth_one
+
+    def body(rep: Reporter) -> dict[str, Any]:
+        t = sys.stdin.read() if text == "-" else text
+        emotion = emotion_spec(emotion_audio, emotion_vector, emotion_alpha)
+        so = SynthOptions(
+            t,
+            voice,
+            output,
+            engine=engine,
+            preset=preset,
+            seed=seed,
+            max_retries=max_retries,
+            emotion=emotion,
+            on_line_failure=on_line_failure,
+        )
+        return synth_one(so, rep)
+
+    def human(r: dict[str, Any]) -> None:
+        silent = " of silence: synthesis failed" if r.get("failed") else ""
+        print(f"wrote {r['outputs']['audio']} ({r['duration']:.2f} s{silent} at {r['sample_rate']} Hz)")
+
+    return execute(json_out, verbosity(quiet, verbose), progress_jsonl, "synth", body, human)
+
+
+# ---- inspect -------------------------------------------------------------------------------------
+
+
+@app.command(epilog=EXIT_CODES_HELP)
+def inspect(
+    script: Annotated[Path, typer.Argument(help="Subtitles or script file; - = stdin.")],
+    voice: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--voice", metavar="[NAME=]PATH", help="Voices as for dub (optional here: shows who has none)."
+        ),
+    ] = None,
+    video: Annotated[
+        Path | None, typer.Option("--video", help="The video: the forecast stops at its end.")
+    ] = None,
+    engine: EngineOpt = None,
+    input_format: FormatOpt = None,
+    name_prefix: NamePrefixOpt = False,
+    strict_voices: StrictVoicesOpt = False,
+    styles: StylesOpt = None,
+    encoding: EncodingOpt = None,
+    allow_overlap: AllowOverlapOpt = False,
+    batch_size: BatchSizeOpt = 8,
+    max_batch_tokens: MaxBatchTokensOpt = 2000,
+    max_speedup: Annotated[
+        float, typer.Option("--max-speedup", help="Tempo cap for the forecast (as for dub).")
+    ] = 1.25,
+    min_gap: MinGapOpt = 0.08,
+    only: Annotated[
+        str | None, typer.Option("--only", metavar="3,7-9", help="Batch just these lines, as dub would.")
+    ] = None,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = 0,
+) -> int:
+    """Show cues, speakers, batches and a timing forecast (no model is loaded)."""
+    params = dict(locals())  # the flags, named as DubOptions' fields
+    from fasttts_cli.app.inspection import inspect_job
+    from fasttts_cli.app.job import DubOptions
+
+    opts = options_from(DubOptions, params, voices=list(voice or []))
+    return execute(
+        json_out, verbosity(quiet, verbose), None, "inspect", lambda rep: inspect_job(opts), _print_inspect
+    )
+
+
+def _print_inspect(r: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console(soft_wrap=True)
+    fc = {t["index"]: t for t in r["forecast"]["lines"]}
+    t = Table(title=f"{r['script']}: {len(r['cues'])} lines (engine: {r['engine']['kind']})")
+    for col in ("#", "start", "end", "speaker", "tokens", "est. s", "factor", "action", "text"):
+        t.add_column(col)
+    for c in r["cues"]:
+        f = fc.get(c["index"], {})
+        t.add_row(
+            str(c["index"]),
+            f"{c['start']:.2f}",
+            f"{c['end']:.2f}",
+            c["speaker"] or "",
+            str(c["tokens"]),
+            f"{f.get('natural', 0):.2f}",
+            f"{f.get('factor', 1):.2f}",
+            f.get("action", ""),
+            c["text"],
+        )
+    con.print(t)
+    sp = ", ".join(
+        f"{k} ({v['lines']} lines -> {v['voice'] or 'no voice yet'})" for k, v in r["speakers"].items()
+    )
+    con.print(f"speakers: {sp}")
+    for b in r["batches"]:
+        con.print(f"batch {b['index']}: voice {b['voice'] or '(none yet)'}, lines {b['lines']}")
+    s = r["forecast"]["summary"]
+    con.print(
+        f"forecast at {r['forecast']['chars_per_second']} chars/s: max factor {s['max_factor']}, "
+        f"{s['actions'].get('shifted', 0)} shifted, {s['overflowing']} overflowing"
+    )
+    for w in r.get("warnings", []):
+        con.print(f"warning: {w}", style="yellow")
+
+
+# The other commands register themselves on the shared app; imported after dub, synth and inspect so that
+# `fasttts --help` lists the main job first.
+# isort: off
+from fasttts_cli.cli import engines as cli_engines  # noqa: E402, F401
+from fasttts_cli.cli import bench as cli_bench  # noqa: E402, F401
+# isort: on
+
+# ---- entry point ---------------------------------------------------------------------------------
+
+
+def _sigterm(signum: int, frame: Any) -> None:
+    # Treat a polite kill like Ctrl-C: unwind through the same cleanup (temp files removed, cache consistent).
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console script entry: `fasttts`."""
+    args = _hoist_global_flags(list(sys.argv[1:] if argv is None else argv))
+    json_out = "--json" in args
+    if argv is None:  # the console script, not an embedding program or a test
+        with contextlib.suppress(ValueError):  # ValueError: not the main thread
+            signal.signal(signal.SIGTERM, _sigterm)
+    cmd = _command_of(args)
+    try:
+        rv = app(args=args, prog_name="fasttts", standalone_mode=False)
+        code = rv if isinstance(rv, int) else 0
+    except _NO_ARGS as e:
+        # Bare `fasttts`: the help text, not an error message.
+        print(e.format_message(), file=sys.stderr)
+        code = int(ExitCode.USAGE)
+    except _ABORT:
+        code = fail(json_out, None, cmd, "interrupted", None, 130, "interrupted", NORMAL)
+    except _CLICK_ERRORS as e:
+        msg, hint = e.format_message(), _usage_hint(e)
+        code = fail(json_out, None, cmd, msg, hint, int(ExitCode.USAGE), "usage", NORMAL)
+    except _EXIT as e:
+        code = int(getattr(e, "exit_code", 0) or 0)
+    sys.exit(code)
+
+
+def _exc(attr: str) -> tuple[type[BaseException], ...]:
+    """The same exception from click and from typer's vendored copy of click (typer >= 0.2x)."""
+    found: list[type[BaseException]] = []
+    for mod in ("click.exceptions", "typer._click.exceptions", "typer.exceptions", "typer"):
+        try:
+            m = __import__(mod, fromlist=[attr])
+        except ImportError:
+            continue
+        if isinstance(getattr(m, attr, None), type):
+            found.append(getattr(m, attr))
+    return tuple(dict.fromkeys(found))
+
+
+_NO_ARGS = _exc("NoArgsIsHelpError")
+_ABORT = _exc("Abort")
+_CLICK_ERRORS = _exc("ClickException")
+_EXIT = _exc("Exit")
+
+
+def _command_of(args: list[str]) -> str:
+    return next((a for a in args if not a.startswith("-")), "")
+
+
+# Flags every command takes, accepted before the command name too (`fasttts --json doctor`): scripts put
+# them where they put them for git or docker.
+_GLOBAL_FLAGS = frozenset({"--json", "-q", "--quiet", "-v", "-vv", "-vvv", "--verbose"})
+
+
+def _hoist_global_flags(args: list[str]) -> list[str]:
+    """Move the global flags written before the command name to just after it."""
+    cmd = next((i for i, a in enumerate(args) if not a.startswith("-")), None)
+    if cmd is None:
+        return args
+    lead = args[:cmd]
+    if not lead or any(a not in _GLOBAL_FLAGS for a in lead):
+        return args  # --version / --help / unknown flags: click reports them as before
+    return [args[cmd], *lead, *args[cmd + 1 :]]
+
+
+def _usage_hint(e: Exception) -> str | None:
+    ctx = getattr(e, "ctx", None)
+    if ctx is not None:
+        return f"see `{ctx.command_path} --help`"
+    return "see `fasttts --help`"
+
+
+if __name__ == "__main__":
+    main()

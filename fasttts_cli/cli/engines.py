@@ -1,0 +1,318 @@
+"""`fasttts presets`, `doctor`, `build`, `download` and `tiny-checkpoint`: the commands that find, fetch and
+make engines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from fasttts_cli.app.progress import Reporter
+
+# ---- presets -------------------------------------------------------------------------------------
+from fasttts_cli.cli.shared import (
+    JsonlOpt,
+    JsonOpt,
+    QuietOpt,
+    VerboseOpt,
+    app,
+    execute,
+    missing_build_extra,
+    verbosity,
+)
+from fasttts_cli.errors import ExitCode, FastTTSError, UsageError
+
+
+@app.command()
+def presets(json_out: JsonOpt = False, quiet: QuietOpt = False, verbose: VerboseOpt = 0) -> int:
+    """List the precision presets and what each needs."""
+
+    def body(rep: Reporter) -> dict[str, Any]:
+        return list_presets()
+
+    def human(r: dict[str, Any]) -> None:
+        from rich.console import Console
+        from rich.table import Table
+
+        t = Table(title="presets (build with: fasttts build --preset NAME)")
+        for col in ("name", "needs", "here", "description"):
+            t.add_column(col)
+        for p in r["presets"]:
+            here = _HERE[bool(p.get("can_build")), bool(p.get("can_run"))]
+            t.add_row(p["name"], p["needs"], here, p["description"])
+        con = Console(soft_wrap=True)
+        con.print(t)
+        for p in r["presets"]:
+            for m in p.get("missing", []):
+                con.print(f"{p['name']}: missing {m}", markup=False, highlight=False)
+
+    return execute(json_out, verbosity(quiet, verbose), None, "presets", body, human)
+
+
+# Building (torch + onnx) and running (the runtime, the GPU) need different things: say which holds.
+_HERE = {
+    (True, True): "build+run",
+    (True, False): "build only",
+    (False, True): "run only",
+    (False, False): "no",
+}
+
+
+def list_presets() -> dict[str, Any]:
+    from fasttts_cli.backends.gpu_stack import detect
+    from fasttts_cli.spec.presets import available_presets, parse_preset
+
+    stack = detect()
+    out = []
+    for name, path in sorted(available_presets().items()):
+        try:
+            p = parse_preset(path)
+        except FastTTSError as e:
+            out.append({"name": name, "file": str(path), "error": e.message, "needs": "?", "description": ""})
+            continue
+        backends = sorted({c.backend for c in p.components.values()})
+        out.append(
+            {
+                "name": p.name,
+                "file": str(path),
+                "description": p.description,
+                "backends": backends,
+                "precisions": sorted({c.precision for c in p.components.values()}),
+                "needs": _needs(backends),
+                **_status(p, stack),
+                "decode": p.run_keys()["decode"],
+                "s2mel": p.run_keys()["s2mel"],
+            }
+        )
+    return {"ok": True, "command": "presets", "presets": out}
+
+
+def _status(preset: Any, stack: Any) -> dict[str, Any]:
+    from fasttts_cli.backends.gpu_stack import preset_status
+
+    try:
+        st = preset_status(preset, stack)
+    except FastTTSError as e:
+        return {"can_build": False, "can_run": False, "missing": [e.message]}
+    return {"can_build": st.can_build, "can_run": st.can_run, "missing": list(st.missing)}
+
+
+def _needs(backends: list[str]) -> str:
+    from fasttts_cli.spec import registry
+
+    return "; ".join(registry.BACKENDS[b].needs if b in registry.BACKENDS else b for b in backends) or "-"
+
+
+# ---- doctor --------------------------------------------------------------------------------------
+
+
+@app.command()
+def doctor(json_out: JsonOpt = False, quiet: QuietOpt = False, verbose: VerboseOpt = 0) -> int:
+    """Check ffmpeg, engines, runtimes and the GPU stack; say what is missing and the licences in use."""
+    from fasttts_cli.app.doctor import run_doctor
+
+    def body(rep: Reporter) -> dict[str, Any]:
+        r = run_doctor()
+        r["_exit_code"] = 0 if r["ok"] else int(ExitCode.MISSING)
+        return r
+
+    def human(r: dict[str, Any]) -> None:
+        mark = {"ok": "ok ", "missing": "MISSING", "warn": "warn", "info": "-- "}
+        for c in r["checks"]:
+            print(f"[{mark.get(c['status'], c['status']):>7}] {c['name']}: {c['detail']}")
+            if c["fix"] and c["status"] != "ok":
+                print(f"          fix: {c['fix']}")
+        print("licences of the models in use:")
+        for kind, rows in r["licences"].items():
+            for row in rows:
+                print(f"  [{kind}] {row['model']}: {row['licence']}")
+        for p in r["problems"]:
+            print(f"problem: {p}")
+
+    return execute(json_out, verbosity(quiet, verbose), None, "doctor", body, human)
+
+
+# ---- engine building -----------------------------------------------------------------------------
+
+
+@app.command()
+def build(
+    checkpoint: Annotated[
+        Path,
+        typer.Option(
+            "--checkpoint",
+            metavar="DIR",
+            help="IndexTTS-2 checkpoint: the official folder (as `fasttts download` writes it), the "
+            "plain release folder, or the Hugging Face cache (a snapshot, models--IndexTeam--IndexTTS-2, "
+            "or the hub folder). Auxiliary models are also looked for in $HF_HUB_CACHE / $HF_HOME/hub.",
+        ),
+    ],
+    preset: Annotated[
+        str, typer.Option("--preset", metavar="NAME|FILE", help="Preset to build.")
+    ] = "cpu-fp32",
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            metavar="DIR",
+            help="Engine folder (default engines/<checkpoint>-<preset>; from a HF cache: "
+            "engines/IndexTTS-2-<preset>).",
+        ),
+    ] = None,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace an existing engine folder.")
+    ] = False,
+    w2v_bert: Annotated[
+        Path | None,
+        typer.Option("--w2v-bert", metavar="DIR", help="w2v-BERT 2.0 folder (default hf_cache/)."),
+    ] = None,
+    codec: Annotated[
+        Path | None, typer.Option("--codec", metavar="FILE", help="semantic_codec_model.safetensors.")
+    ] = None,
+    campplus: Annotated[
+        Path | None, typer.Option("--campplus", metavar="FILE", help="campplus_cn_common.bin.")
+    ] = None,
+    bigvgan: Annotated[
+        Path | None,
+        typer.Option("--bigvgan", metavar="DIR", help="BigVGAN folder (config.json + generator)."),
+    ] = None,
+    json_out: JsonOpt = False,
+    progress_jsonl: JsonlOpt = None,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = 0,
+) -> int:
+    """Export an engine folder (ONNX per component, tokenizer, tables, manifest) from a checkpoint."""
+
+    def body(rep: Reporter) -> dict[str, Any]:
+        import time
+
+        try:
+            from fasttts_cli.build.export import build_engine
+            from fasttts_cli.nets.checkpoint import CheckpointPaths
+        except ImportError as e:
+            raise missing_build_extra(e) from None
+        if not checkpoint.is_dir():
+            raise UsageError(
+                f"--checkpoint {checkpoint}: not a directory",
+                hint="fetch the release with `fasttts download DIR`, then build with --checkpoint DIR",
+            )
+        t0 = time.perf_counter()
+        paths = CheckpointPaths(
+            checkpoint, w2v_bert=w2v_bert, codec=codec, campplus=campplus, bigvgan=bigvgan
+        )
+        target = out if out is not None else _hub_default_out(checkpoint, preset)
+
+        def say(msg: str) -> None:
+            rep.info(msg)
+            rep.event("stage", name=msg)
+
+        def built(c: Any) -> None:  # build.export.ComponentBuilt
+            rep.build_component(c.name, c.index, c.total, c.seconds)
+
+        folder = build_engine(paths, preset, target, overwrite=overwrite, progress=say, on_component=built)
+        return {
+            "ok": True,
+            "command": "build",
+            "engine": str(folder),
+            "preset": preset,
+            "seconds": round(time.perf_counter() - t0, 2),
+        }
+
+    def human(r: dict[str, Any]) -> None:
+        print(f"engine written to {r['engine']} ({r['seconds']} s); use it with --engine {r['engine']}")
+
+    return execute(json_out, verbosity(quiet, verbose), progress_jsonl, "build", body, human)
+
+
+def _hub_default_out(checkpoint: Path, preset: str) -> Path | None:
+    """engines/IndexTTS-2-<preset> for a Hugging Face cache layout, whose folder names (a revision hash,
+    `hub`) say nothing; None (the builder's own default) for the other layouts."""
+    from fasttts_cli.nets.release_layout import HUB_KINDS, find_layout
+    from fasttts_cli.synth.engine_select import engines_root
+
+    if find_layout(checkpoint).kind not in HUB_KINDS:
+        return None
+    name = Path(preset).stem if preset.endswith(".toml") else preset
+    return engines_root() / f"IndexTTS-2-{name}"
+
+
+@app.command()
+def download(
+    out_dir: Annotated[
+        Path, typer.Argument(metavar="DIR", help="Checkpoint folder to fill (new or partial).")
+    ],
+    model: Annotated[str, typer.Option("--model", help="Model to fetch.")] = "indextts2",
+    with_qwen: Annotated[
+        bool,
+        typer.Option(
+            "--with-qwen", help="Also fetch qwen0.6bemo4-merge/ (emotion from text; fasttts does not use it)."
+        ),
+    ] = False,
+    cache_dir: Annotated[
+        Path | None,
+        typer.Option("--cache-dir", metavar="DIR", help="Hugging Face cache (default: huggingface_hub's)."),
+    ] = None,
+    revision: Annotated[
+        str | None, typer.Option("--revision", help="Revision of IndexTeam/IndexTTS-2 (default main).")
+    ] = None,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = 0,
+) -> int:
+    """Fetch the public IndexTTS-2 release (5 Hugging Face repositories) into the layout `build` reads."""
+    from fasttts_cli.app.download import download_release
+
+    def body(rep: Reporter) -> dict[str, Any]:
+        r = download_release(
+            out_dir,
+            model=model,
+            with_qwen=with_qwen,
+            cache_dir=cache_dir,
+            revision=revision,
+            progress=rep.info,
+            progress_bars=not quiet and not json_out,
+        )
+        return r.to_json()
+
+    def human(r: dict[str, Any]) -> None:
+        print(
+            f"checkpoint in {r['checkpoint']}: {r['fetched']} files fetched, {r['present']} already there "
+            f"({r['bytes'] / 1e9:.2f} GB); next: fasttts build --checkpoint {r['checkpoint']}"
+        )
+
+    return execute(json_out, verbosity(quiet, verbose), None, "download", body, human)
+
+
+@app.command("tiny-checkpoint")
+def tiny_checkpoint(
+    out_dir: Annotated[Path, typer.Argument(metavar="DIR", help="Folder to create (must be new or empty).")],
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the random weights.")] = 0,
+    full: Annotated[
+        bool, typer.Option("--full", help="The release's full sizes instead of tiny ones (several GB).")
+    ] = False,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = 0,
+) -> int:
+    """Write a random-weight checkpoint in the official IndexTTS-2 layout (tiny by default, for tests)."""
+
+    def body(rep: Reporter) -> dict[str, Any]:
+        try:
+            from fasttts_cli.build.tiny import FULL, TINY, write_tiny_checkpoint
+        except ImportError as e:
+            raise missing_build_extra(e) from None
+        folder = write_tiny_checkpoint(out_dir, seed=seed, sizes=FULL if full else TINY)
+        size = sum(f.stat().st_size for f in Path(folder).rglob("*") if f.is_file())
+        return {
+            "ok": True,
+            "command": "tiny-checkpoint",
+            "checkpoint": str(folder),
+            "bytes": size,
+            "seed": seed,
+        }
+
+    def human(r: dict[str, Any]) -> None:
+        print(f"checkpoint written to {r['checkpoint']} ({r['bytes'] / 1e6:.1f} MB)")
+
+    return execute(json_out, verbosity(quiet, verbose), None, "tiny-checkpoint", body, human)

@@ -1,0 +1,249 @@
+"""What every `fasttts` command shares: the Typer app, the option types, and the error contract (`execute`:
+one line per error, the documented exit code, exactly one JSON object on stdout with --json)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import fields
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from fasttts_cli import __version__
+from fasttts_cli.app.progress import NORMAL, QUIET, VERBOSE, Reporter, setup_logging
+from fasttts_cli.errors import ExitCode, FastTTSError, UsageError
+
+T = TypeVar("T")
+
+EXIT_CODES_HELP = (
+    "Exit codes: 0 ok; 1 runtime failure (synthesis, ffmpeg, timing --overflow fail); "
+    "2 usage or bad input (flag, file, subtitle line, voice); 3 missing dependency, engine or model file; "
+    "130 interrupted (Ctrl-C / SIGTERM; finished lines stay cached)."
+)
+
+app = typer.Typer(
+    name="fasttts",
+    help="Batch dubbing from subtitles or scripts with a cloned voice (IndexTTS-2), or the Piper draft "
+    "voice when no engine is configured. fasttts does not translate: it speaks the text it is given.\n\n"
+    + EXIT_CODES_HELP,
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+def _version_cb(value: bool) -> None:
+    if value:
+        print(f"fasttts {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version_cb, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
+    pass
+
+
+# ---- shared option types -------------------------------------------------------------------------
+
+JsonOpt = Annotated[
+    bool, typer.Option("--json", help="Print one JSON object on stdout (logs stay on stderr).")
+]
+JsonlOpt = Annotated[
+    str | None,
+    typer.Option("--progress-jsonl", metavar="FILE", help="Write progress events as JSON Lines; - = stderr."),
+]
+QuietOpt = Annotated[bool, typer.Option("-q", "--quiet", help="Only errors on stderr.")]
+VerboseOpt = Annotated[
+    int, typer.Option("-v", "--verbose", count=True, help="More detail; tracebacks on errors.")
+]
+EngineOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--engine",
+        metavar="NAME|PATH",
+        help="Engine folder, a name under engines/, or 'draft'. "
+        "Default: $FASTTTS_ENGINE, else the draft voice.",
+    ),
+]
+PresetOpt = Annotated[str | None, typer.Option("--preset", help="Run-time preset name or .toml path.")]
+StylesOpt = Annotated[
+    str | None,
+    typer.Option("--styles", metavar="A,B", help="ASS/SSA: the dialogue styles to dub (case-insensitive)."),
+]
+EncodingOpt = Annotated[
+    str | None,
+    typer.Option("--encoding", metavar="NAME", help="Read the script in this encoding (cp1252, gb18030...)."),
+]
+FormatOpt = Annotated[
+    str | None, typer.Option("--format", help="Input format if the extension is not enough.")
+]
+NamePrefixOpt = Annotated[bool, typer.Option("--name-prefix", help="Read 'Name: text' prefixes as speakers.")]
+BatchSizeOpt = Annotated[int, typer.Option("--batch-size", help="Lines per synthesis batch.")]
+MaxBatchTokensOpt = Annotated[int, typer.Option("--max-batch-tokens", help="Padded tokens per batch.")]
+MinGapOpt = Annotated[float, typer.Option("--min-gap", help="Seconds kept between lines.")]
+StrictVoicesOpt = Annotated[
+    bool,
+    typer.Option("--strict-voices", help="A --voice NAME= that matches no speaker is an error (exit 2)."),
+]
+AllowOverlapOpt = Annotated[
+    bool,
+    typer.Option(
+        "--allow-overlap", help="Overlapping cues without distinct named speakers: warn and speak both."
+    ),
+]
+
+EmotionAudioOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--emotion-audio", metavar="WAV", help="Emotion reference (default: the speaker's own audio)."
+    ),
+]
+EmotionVectorOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--emotion-vector",
+        metavar="8 VALUES",
+        help="happy,angry,sad,afraid,disgusted,melancholic,surprised,calm weights in [0, 1].",
+    ),
+]
+EmotionAlphaOpt = Annotated[
+    float, typer.Option("--emotion-alpha", help="Strength of the emotion reference or vector (0..1).")
+]
+
+
+def options_from(cls: type[T], params: Mapping[str, Any], **given: Any) -> T:
+    """The dataclass `cls` from a command's parameters: each flag whose name is a field sets that field,
+    so the commands that share DubOptions do not each list the mapping (other parameters are ignored)."""
+    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    return cls(**{k: v for k, v in params.items() if k in names and k not in given}, **given)
+
+
+def emotion_spec(audio: Path | None, vector: str | None, alpha: float) -> Any:
+    """The EmotionSpec of the three --emotion-* flags; None when they are all at their defaults."""
+    from fasttts_cli.synth.synthesizer import EmotionSpec
+
+    if audio is None and vector is None and alpha == 1.0:
+        return None
+    if audio is not None and not audio.is_file():
+        raise UsageError(f"--emotion-audio {audio}: file not found")
+    if audio is not None and vector is not None:
+        raise UsageError("--emotion-audio and --emotion-vector: give one of them, not both")
+    if not 0.0 <= alpha <= 1.0:
+        raise UsageError(f"--emotion-alpha {alpha}: must be between 0 and 1")
+    vec = None
+    if vector is not None:
+        try:
+            vec = tuple(float(v) for v in vector.split(","))
+        except ValueError:
+            vec = ()
+        if len(vec) != 8 or any(not 0.0 <= v <= 1.0 for v in vec):
+            raise UsageError(
+                f"--emotion-vector {vector!r}: expected 8 comma-separated values in [0, 1]",
+                hint="order: happy,angry,sad,afraid,disgusted,melancholic,surprised,calm",
+            )
+    return EmotionSpec(audio=audio, vector=vec, alpha=alpha)
+
+
+def verbosity(quiet: bool, verbose: int) -> int:
+    return QUIET if quiet else (NORMAL if verbose == 0 else VERBOSE)
+
+
+def execute(
+    json_out: bool,
+    verbosity: int,
+    jsonl: str | None,
+    command: str,
+    body: Callable[[Reporter], dict[str, Any]],
+    human: Callable[[dict[str, Any]], None] | None = None,
+) -> int:
+    """Run one command body with the error contract: returns the exit code."""
+    setup_logging(verbosity)
+    rep: Reporter | None = None
+    try:
+        try:
+            rep = Reporter(verbosity=verbosity, jsonl=jsonl)
+        except OSError as e:
+            raise UsageError(f"--progress-jsonl {jsonl}: cannot open: {e.strerror or e}") from None
+        rep.event("start", command=command, version=__version__)
+        result = body(rep)
+        code = int(result.pop("_exit_code", 0))
+        if json_out:
+            emit_json(result)
+        elif human is not None and verbosity >= NORMAL:
+            human(result)
+        return code
+    except FastTTSError as e:
+        return fail(json_out, rep, command, e.message, e.hint, int(e.exit_code), type(e).__name__, verbosity)
+    except OSError as e:
+        # Disk full, permissions, a folder vanishing mid-run: name the file that failed (for a copy that
+        # ran out of space, the destination, not the source), no traceback.
+        from fasttts_cli.partials import os_error_message
+
+        msg = os_error_message(e)
+        return fail(json_out, rep, command, msg, None, int(ExitCode.RUNTIME), "io", verbosity)
+    except KeyboardInterrupt as e:
+        msg = getattr(e, "message", None) or "interrupted"
+        return fail(json_out, rep, command, msg, None, int(ExitCode.INTERRUPTED), "interrupted", verbosity)
+    except Exception as e:  # the contract: no traceback unless -v
+        if verbosity >= VERBOSE:
+            traceback.print_exc(file=sys.stderr)
+        msg = f"internal error: {type(e).__name__}: {e}"
+        hint = None if verbosity >= VERBOSE else "run again with -v for the traceback"
+        return fail(json_out, rep, command, msg, hint, int(ExitCode.RUNTIME), "internal", verbosity)
+    finally:
+        if rep is not None:
+            rep.close()
+
+
+def fail(
+    json_out: bool,
+    rep: Reporter | None,
+    command: str,
+    message: str,
+    hint: str | None,
+    code: int,
+    kind: str,
+    verbosity: int,
+) -> int:
+    print(f"fasttts: error: {message}", file=sys.stderr)
+    if hint:
+        print(f"  hint: {hint}", file=sys.stderr)
+    if rep is not None:
+        rep.event("error", ok=False, error=message, exit_code=code)
+    if json_out:
+        emit_json(
+            {
+                "ok": False,
+                "command": command,
+                "error": message,
+                "hint": hint,
+                "kind": kind,
+                "exit_code": code,
+                "warnings": rep.warnings if rep is not None else [],
+            }
+        )
+    return code
+
+
+def emit_json(obj: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(obj, ensure_ascii=False, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def missing_build_extra(e: ImportError) -> FastTTSError:
+    from fasttts_cli.errors import MissingDependencyError
+
+    return MissingDependencyError(
+        f"the build side needs the `build` extra ({e.name or e})",
+        hint="pip install -e '.[build]'  (torch==2.13.0, onnx, safetensors, transformers)",
+    )

@@ -1,0 +1,1 @@
+"""The dubbing domain: script readers, the plan, timing, the line cache, the work folder."""

@@ -1,0 +1,1 @@
+"""Media files through ffmpeg: probe, integrity, mux."""

@@ -1,0 +1,1 @@
+"""What an engine is: precision presets and the engine folder's manifest."""

@@ -1,0 +1,1 @@
+"""The Synthesizer contract, engine selection and the draft voice."""
