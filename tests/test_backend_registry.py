@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from fasttts_cli.backends import gpu_stack, registry
+from fasttts_cli.backends import gpu_stack
 from fasttts_cli.errors import EngineMismatchError, InputError, MissingDependencyError
 from fasttts_cli.indextts2.components import check_manifest
-from fasttts_cli.spec import presets
+from fasttts_cli.spec import presets, registry
 from fasttts_cli.spec.engine_folder import read_manifest
 from tests.conftest_engine import *  # noqa: F403 (fixtures)
 from tests.test_trtllm_engine import preset_file, ref_engine_dir  # noqa: F401 (fixtures)
