@@ -128,6 +128,13 @@ def replicate_rows(x: torch.Tensor, left: int, right: int, lengths: torch.Tensor
     return x.scatter(2, pos, tail.expand(b, c, right))
 
 
+def pad_replicate(x: torch.Tensor, left: int, right: int, lengths: torch.Tensor | None) -> torch.Tensor:
+    """The resamplers' edge padding: the array's edges replicated, or each row's own (`replicate_rows`)."""
+    if lengths is None:
+        return F.pad(x, (left, right), mode="replicate")
+    return replicate_rows(x, left, right, lengths)
+
+
 def _export_form(kernel: int, ratio: int) -> bool:
     """ONNX Runtime's CPU kernels for depthwise (grouped) convolutions are slow and PyTorch's are fast,
     so exported graphs fold the channels into the batch (the filter is shared by every channel; the
@@ -149,10 +156,7 @@ class UpSample1d(nn.Module):
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor | None) -> torch.Tensor:
         c = self.channels
-        if lengths is None:
-            x = F.pad(x, (self.pad, self.pad), mode="replicate")
-        else:
-            x = replicate_rows(x, self.pad, self.pad, lengths)
+        x = pad_replicate(x, self.pad, self.pad, lengths)
         if _export_form(self.filter.shape[-1], self.ratio):
             x = self.polyphase(x)
         else:
@@ -184,10 +188,7 @@ class LowPassFilter1d(nn.Module):
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor | None) -> torch.Tensor:
         c = self.channels
-        if lengths is None:
-            x = F.pad(x, (self.pad_left, self.pad_right), mode="replicate")
-        else:
-            x = replicate_rows(x, self.pad_left, self.pad_right, lengths)
+        x = pad_replicate(x, self.pad_left, self.pad_right, lengths)
         if _export_form(self.filter.shape[-1], self.stride):
             return self.single_channel(x)
         return F.conv1d(x, self.filter.expand(c, -1, -1), stride=self.stride, groups=c)

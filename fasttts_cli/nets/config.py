@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import types
 import typing
+from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -260,13 +261,19 @@ def _build(cls: type, path: Path, raw: Any, where: str, *, strict: bool, nested:
     return cls(**kwargs)
 
 
-def _get(path: Path, data: dict[str, Any], key: str) -> Any:
+def dotted(data: Mapping[str, Any], key: str, missing: Callable[[], Exception]) -> Any:
+    """data["a"]["b"] for key "a.b"; raises missing() where a part is absent or its parent no mapping.
+    config.yaml's readers (this module's and the s2mel net's) each word the error for their reader."""
     node: Any = data
     for part in key.split("."):
-        if not isinstance(node, dict) or part not in node:
-            raise ConfigError(path, f"missing key {key}")
+        if not isinstance(node, Mapping) or part not in node:
+            raise missing()
         node = node[part]
     return node
+
+
+def _get(path: Path, data: dict[str, Any], key: str) -> Any:
+    return dotted(data, key, lambda: ConfigError(path, f"missing key {key}"))
 
 
 def parse_config(data: dict[str, Any], path: Path) -> IndexTTS2Config:

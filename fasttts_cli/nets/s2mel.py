@@ -26,6 +26,7 @@ from torch import nn
 from fasttts_cli.cfm import loop as cfm_loop
 from fasttts_cli.cfm.schedules import euler_times
 from fasttts_cli.errors import InputError
+from fasttts_cli.nets.config import dotted
 from fasttts_cli.nets.dit import DiT, DiTConfig
 from fasttts_cli.nets.wavenet import WaveNetConfig, row_mask
 from fasttts_cli.nets.weights import CheckpointKeyError, strict_load, torch_load
@@ -251,12 +252,7 @@ class S2Mel(nn.Module):
 
 
 def _get(cfg: Mapping[str, Any], path: str, file: Path) -> Any:
-    node: Any = cfg
-    for part in path.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            raise InputError(file, f"config.yaml lacks s2mel.{path}")
-        node = node[part]
-    return node
+    return dotted(cfg, path, lambda: InputError(file, f"config.yaml lacks s2mel.{path}"))
 
 
 def _shape(sd: Mapping[str, torch.Tensor], key: str, file: Path, where: str) -> tuple[int, ...]:
