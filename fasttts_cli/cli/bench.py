@@ -10,19 +10,15 @@ import typer
 
 from fasttts_cli.app.progress import Reporter
 from fasttts_cli.cli.shared import (
-    JsonlOpt,
-    JsonOpt,
-    QuietOpt,
-    VerboseOpt,
-    app,
-    execute,
+    Job,
+    Output,
+    command,
     missing_build_extra,
-    verbosity,
 )
 from fasttts_cli.errors import UsageError
 
 
-@app.command()
+@command("bench")
 def bench(
     engine: Annotated[
         Path | None, typer.Option("--engine", metavar="DIR", help="Engine folder to time.")
@@ -54,10 +50,9 @@ def bench(
     work_dir: Annotated[
         Path | None, typer.Option("--work-dir", metavar="DIR", help="Keep the random checkpoint/engine here.")
     ] = None,
-    json_out: JsonOpt = False,
-    quiet: QuietOpt = False,
-    verbose: VerboseOpt = 0,
-) -> int:
+    *,
+    ui: Output,
+) -> Job:
     """Per-stage times, RTF and lines/s: our runtime vs the PyTorch eager modules, same weights, one run."""
 
     def ints(flag: str, value: str) -> tuple[int, ...]:
@@ -100,14 +95,14 @@ def bench(
 
     def body_json(rep: Reporter) -> dict[str, Any]:
         r = body(rep)
-        if json_out:
+        if ui.json:
             r.pop("_table", None)
         return r
 
-    return execute(json_out, verbosity(quiet, verbose), None, "bench", body_json, human)
+    return body_json, human
 
 
-@app.command()
+@command("calibrate", progress=True)
 def calibrate(
     engine: Annotated[Path, typer.Option("--engine", metavar="DIR", help="Engine folder to calibrate.")],
     voice: Annotated[
@@ -134,11 +129,9 @@ def calibrate(
         typer.Option("--max-trials", help="Cap the trials per pass (untried modules stay computed)."),
     ] = None,
     threads: Annotated[int | None, typer.Option("--threads", help="CPU threads (default: all).")] = None,
-    json_out: JsonOpt = False,
-    progress_jsonl: JsonlOpt = None,
-    quiet: QuietOpt = False,
-    verbose: VerboseOpt = 0,
-) -> int:
+    *,
+    ui: Output,
+) -> Job:
     """Calibrate the s2mel cache (DiTReducio-style step and CFG-branch skipping) into an engine folder."""
 
     def body(rep: Reporter) -> dict[str, Any]:
@@ -203,4 +196,4 @@ def calibrate(
             err = "-" if row["error"] is None else f"{row['error']:.4f}"
             print(f"  {k}: threshold {row['threshold']:.4f}, modules kept {row['kept']:.3f}, error {err}")
 
-    return execute(json_out, verbosity(quiet, verbose), progress_jsonl, "calibrate", body, human)
+    return body, human

@@ -30,27 +30,24 @@ from fasttts_cli.cli.shared import (
     EncodingOpt,
     EngineOpt,
     FormatOpt,
-    JsonlOpt,
-    JsonOpt,
+    Job,
     MaxBatchTokensOpt,
     MinGapOpt,
     NamePrefixOpt,
+    Output,
     PresetOpt,
-    QuietOpt,
     StrictVoicesOpt,
     StylesOpt,
-    VerboseOpt,
     app,
+    command,
     emotion_spec,
-    execute,
     fail,
     options_from,
-    verbosity,
 )
 from fasttts_cli.errors import ExitCode
 
 
-@app.command(epilog=EXIT_CODES_HELP)
+@command("dub", progress=True, epilog=EXIT_CODES_HELP)
 def dub(
     script: Annotated[
         Path,
@@ -134,11 +131,9 @@ def dub(
     emotion_audio: EmotionAudioOpt = None,
     emotion_vector: EmotionVectorOpt = None,
     emotion_alpha: EmotionAlphaOpt = 1.0,
-    json_out: JsonOpt = False,
-    progress_jsonl: JsonlOpt = None,
-    quiet: QuietOpt = False,
-    verbose: VerboseOpt = 0,
-) -> int:
+    *,
+    ui: Output,
+) -> Job:
     """Dub a subtitle/script file: synthesize every line, fit it to its slot, mix, mux."""
     params = dict(locals())  # the flags, named as DubOptions' fields
     from fasttts_cli.app.pipeline import DubOptions, run_dub
@@ -166,13 +161,13 @@ def dub(
             f"{s['loudness_lufs']} LUFS, {s['true_peak_dbtp']} dBTP"
         )
 
-    return execute(json_out, verbosity(quiet, verbose), progress_jsonl, "dub", body, human)
+    return body, human
 
 
 # ---- synth ---------------------------------------------------------------------------------------
 
 
-@app.command(epilog=EXIT_CODES_HELP)
+@command("synth", progress=True, epilog=EXIT_CODES_HELP)
 def synth(
     text: Annotated[str, typer.Argument(help="The text to speak; - reads it from stdin.")],
     voice: Annotated[Path, typer.Option("--voice", help="Reference voice audio.")],
@@ -189,11 +184,9 @@ def synth(
     emotion_audio: EmotionAudioOpt = None,
     emotion_vector: EmotionVectorOpt = None,
     emotion_alpha: EmotionAlphaOpt = 1.0,
-    json_out: JsonOpt = False,
-    progress_jsonl: JsonlOpt = None,
-    quiet: QuietOpt = False,
-    verbose: VerboseOpt = 0,
-) -> int:
+    *,
+    ui: Output,
+) -> Job:
     """Speak one line in a reference voice, to an audio file at the engine's sample rate."""
     from fasttts_cli.app.single_line import SynthOptions, synth_one
 
@@ -217,13 +210,13 @@ def synth(
         silent = " of silence: synthesis failed" if r.get("failed") else ""
         print(f"wrote {r['outputs']['audio']} ({r['duration']:.2f} s{silent} at {r['sample_rate']} Hz)")
 
-    return execute(json_out, verbosity(quiet, verbose), progress_jsonl, "synth", body, human)
+    return body, human
 
 
 # ---- inspect -------------------------------------------------------------------------------------
 
 
-@app.command(epilog=EXIT_CODES_HELP)
+@command("inspect", epilog=EXIT_CODES_HELP)
 def inspect(
     script: Annotated[Path, typer.Argument(help="Subtitles or script file; - = stdin.")],
     voice: Annotated[
@@ -251,19 +244,16 @@ def inspect(
     only: Annotated[
         str | None, typer.Option("--only", metavar="3,7-9", help="Batch just these lines, as dub would.")
     ] = None,
-    json_out: JsonOpt = False,
-    quiet: QuietOpt = False,
-    verbose: VerboseOpt = 0,
-) -> int:
+    *,
+    ui: Output,
+) -> Job:
     """Show cues, speakers, batches and a timing forecast (no model is loaded)."""
     params = dict(locals())  # the flags, named as DubOptions' fields
     from fasttts_cli.app.inspection import inspect_job
     from fasttts_cli.app.job import DubOptions
 
     opts = options_from(DubOptions, params, voices=list(voice or []))
-    return execute(
-        json_out, verbosity(quiet, verbose), None, "inspect", lambda rep: inspect_job(opts), _print_inspect
-    )
+    return lambda rep: inspect_job(opts), _print_inspect
 
 
 def _print_inspect(r: dict[str, Any]) -> None:

@@ -3,11 +3,14 @@ one line per error, the documented exit code, exactly one JSON object on stdout 
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import sys
 import traceback
+import typing
 from collections.abc import Callable, Mapping
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -119,6 +122,70 @@ EmotionVectorOpt = Annotated[
 EmotionAlphaOpt = Annotated[
     float, typer.Option("--emotion-alpha", help="Strength of the emotion reference or vector (0..1).")
 ]
+
+
+# The flags every command ends with, in this order (--progress-jsonl only where the command reports progress).
+_OUTPUT_FLAGS: tuple[tuple[str, Any, Any], ...] = (
+    ("json_out", JsonOpt, False),
+    ("progress_jsonl", JsonlOpt, None),
+    ("quiet", QuietOpt, False),
+    ("verbose", VerboseOpt, 0),
+)
+
+
+@dataclass(frozen=True)
+class Output:
+    """A command's output flags: --json, --progress-jsonl, -q, -v."""
+
+    json: bool
+    jsonl: str | None
+    quiet: bool
+    verbose: int
+
+    @property
+    def verbosity(self) -> int:
+        return verbosity(self.quiet, self.verbose)
+
+
+Human = Callable[[dict[str, Any]], None] | None
+Job = tuple[Callable[[Reporter], dict[str, Any]], Human]
+
+
+def command(
+    name: str, *, progress: bool = False, epilog: str | None = None
+) -> Callable[[Callable[..., Job]], Callable[..., int]]:
+    """Register `fn` as the command `name`. `fn` declares its own flags and takes `ui: Output`; this adds the
+    output flags after its own (one declaration for every command) and runs the (body, human) pair `fn`
+    returns under `execute`, the error contract."""
+
+    def register(fn: Callable[..., Job]) -> Callable[..., int]:
+        hints = typing.get_type_hints(fn, include_extras=True)  # fn's module resolves its own annotations
+        own = [
+            p.replace(annotation=hints[p.name])
+            for p in inspect.signature(fn).parameters.values()
+            if p.name != "ui"
+        ]
+        flags = [
+            inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=d, annotation=a)
+            for n, a, d in _OUTPUT_FLAGS
+            if progress or n != "progress_jsonl"
+        ]
+
+        @functools.wraps(fn)
+        def run(**kw: Any) -> int:
+            out = Output(
+                kw.pop("json_out"), kw.pop("progress_jsonl", None), kw.pop("quiet"), kw.pop("verbose")
+            )
+            body, human = fn(**kw, ui=out)
+            return execute(out.json, out.verbosity, out.jsonl, name, body, human)
+
+        params = own + flags
+        run.__signature__ = inspect.Signature(params, return_annotation=int)  # type: ignore[attr-defined]
+        run.__annotations__ = {p.name: p.annotation for p in params} | {"return": int}
+        app.command(name, epilog=epilog)(run)
+        return run
+
+    return register
 
 
 def options_from(cls: type[T], params: Mapping[str, Any], **given: Any) -> T:
