@@ -129,8 +129,6 @@ def calibrate(
         typer.Option("--max-trials", help="Cap the trials per pass (untried modules stay computed)."),
     ] = None,
     threads: Annotated[int | None, typer.Option("--threads", help="CPU threads (default: all).")] = None,
-    *,
-    ui: Output,
 ) -> Job:
     """Calibrate the s2mel cache (DiTReducio-style step and CFG-branch skipping) into an engine folder."""
 

@@ -22,22 +22,14 @@ from fasttts_cli.app.progress import NORMAL, Reporter
 # ---- dub -----------------------------------------------------------------------------------------
 from fasttts_cli.cli.shared import (
     EXIT_CODES_HELP,
-    AllowOverlapOpt,
-    BatchSizeOpt,
     EmotionAlphaOpt,
     EmotionAudioOpt,
     EmotionVectorOpt,
-    EncodingOpt,
     EngineOpt,
-    FormatOpt,
     Job,
-    MaxBatchTokensOpt,
     MinGapOpt,
-    NamePrefixOpt,
-    Output,
     PresetOpt,
-    StrictVoicesOpt,
-    StylesOpt,
+    ScriptFlags,
     app,
     command,
     emotion_spec,
@@ -79,14 +71,8 @@ def dub(
     ] = None,
     engine: EngineOpt = None,
     preset: PresetOpt = None,
-    input_format: FormatOpt = None,
-    name_prefix: NamePrefixOpt = False,
-    strict_voices: StrictVoicesOpt = False,
-    styles: StylesOpt = None,
-    encoding: EncodingOpt = None,
-    allow_overlap: AllowOverlapOpt = False,
-    batch_size: BatchSizeOpt = 8,
-    max_batch_tokens: MaxBatchTokensOpt = 2000,
+    *,
+    reading: ScriptFlags,
     seed: Annotated[
         int, typer.Option("--seed", help="Base seed; each line's seed derives from it, its text and voice.")
     ] = 0,
@@ -131,11 +117,9 @@ def dub(
     emotion_audio: EmotionAudioOpt = None,
     emotion_vector: EmotionVectorOpt = None,
     emotion_alpha: EmotionAlphaOpt = 1.0,
-    *,
-    ui: Output,
 ) -> Job:
     """Dub a subtitle/script file: synthesize every line, fit it to its slot, mix, mux."""
-    params = dict(locals())  # the flags, named as DubOptions' fields
+    params = dict(locals(), **reading)  # the flags, named as DubOptions' fields
     from fasttts_cli.app.pipeline import DubOptions, run_dub
 
     opts = options_from(DubOptions, params, voices=list(voice or []))
@@ -184,8 +168,6 @@ def synth(
     emotion_audio: EmotionAudioOpt = None,
     emotion_vector: EmotionVectorOpt = None,
     emotion_alpha: EmotionAlphaOpt = 1.0,
-    *,
-    ui: Output,
 ) -> Job:
     """Speak one line in a reference voice, to an audio file at the engine's sample rate."""
     from fasttts_cli.app.single_line import SynthOptions, synth_one
@@ -229,14 +211,8 @@ def inspect(
         Path | None, typer.Option("--video", help="The video: the forecast stops at its end.")
     ] = None,
     engine: EngineOpt = None,
-    input_format: FormatOpt = None,
-    name_prefix: NamePrefixOpt = False,
-    strict_voices: StrictVoicesOpt = False,
-    styles: StylesOpt = None,
-    encoding: EncodingOpt = None,
-    allow_overlap: AllowOverlapOpt = False,
-    batch_size: BatchSizeOpt = 8,
-    max_batch_tokens: MaxBatchTokensOpt = 2000,
+    *,
+    reading: ScriptFlags,
     max_speedup: Annotated[
         float, typer.Option("--max-speedup", help="Tempo cap for the forecast (as for dub).")
     ] = 1.25,
@@ -244,11 +220,9 @@ def inspect(
     only: Annotated[
         str | None, typer.Option("--only", metavar="3,7-9", help="Batch just these lines, as dub would.")
     ] = None,
-    *,
-    ui: Output,
 ) -> Job:
     """Show cues, speakers, batches and a timing forecast (no model is loaded)."""
-    params = dict(locals())  # the flags, named as DubOptions' fields
+    params = dict(locals(), **reading)  # the flags, named as DubOptions' fields
     from fasttts_cli.app.inspection import inspect_job
     from fasttts_cli.app.job import DubOptions
 

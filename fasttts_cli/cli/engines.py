@@ -21,7 +21,7 @@ from fasttts_cli.errors import ExitCode, FastTTSError, UsageError
 
 
 @command("presets")
-def presets(*, ui: Output) -> Job:
+def presets() -> Job:
     """List the precision presets and what each needs."""
 
     def body(rep: Reporter) -> dict[str, Any]:
@@ -104,7 +104,7 @@ def _needs(backends: list[str]) -> str:
 
 
 @command("doctor")
-def doctor(*, ui: Output) -> Job:
+def doctor() -> Job:
     """Check ffmpeg, engines, runtimes and the GPU stack; say what is missing and the licences in use."""
     from fasttts_cli.app.doctor import run_doctor
 
@@ -173,8 +173,6 @@ def build(
         Path | None,
         typer.Option("--bigvgan", metavar="DIR", help="BigVGAN folder (config.json + generator)."),
     ] = None,
-    *,
-    ui: Output,
 ) -> Job:
     """Export an engine folder (ONNX per component, tokenizer, tables, manifest) from a checkpoint."""
 
@@ -284,8 +282,6 @@ def tiny_checkpoint(
     full: Annotated[
         bool, typer.Option("--full", help="The release's full sizes instead of tiny ones (several GB).")
     ] = False,
-    *,
-    ui: Output,
 ) -> Job:
     """Write a random-weight checkpoint in the official IndexTTS-2 layout (tiny by default, for tests)."""
 
