@@ -12,8 +12,8 @@ from fasttts_cli.app.progress import Reporter
 from fasttts_cli.cli.shared import (
     Job,
     Output,
+    build_extra,
     command,
-    missing_build_extra,
 )
 from fasttts_cli.errors import UsageError
 
@@ -65,10 +65,8 @@ def bench(
         return out
 
     def body(rep: Reporter) -> dict[str, Any]:
-        try:
+        with build_extra():
             from fasttts_cli.tools.bench import BenchOptions, format_table, run_bench, to_json
-        except ImportError as e:
-            raise missing_build_extra(e) from None
         if not random_weights and engine is None:
             raise UsageError("bench: give --engine DIR or --random-weights")
         opts = BenchOptions(
@@ -155,11 +153,9 @@ def calibrate(
                     f"{engine}: has no {PIECES_DIR}/ (the DiT exported in pieces)",
                     hint="pass --checkpoint DIR (the engine's own checkpoint) once to export them",
                 )
-            try:
+            with build_extra():
                 from fasttts_cli.build.s2mel_pieces import export_pieces_into_engine
                 from fasttts_cli.nets.checkpoint import CheckpointPaths, load_checkpoint
-            except ImportError as e:
-                raise missing_build_extra(e) from None
             rep.info(f"loading {checkpoint}")
             m = load_checkpoint(CheckpointPaths(checkpoint))
             if m.digest() != manifest.checkpoint_digest:

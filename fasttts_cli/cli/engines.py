@@ -14,8 +14,8 @@ from fasttts_cli.app.progress import Reporter
 from fasttts_cli.cli.shared import (
     Job,
     Output,
+    build_extra,
     command,
-    missing_build_extra,
 )
 from fasttts_cli.errors import ExitCode, FastTTSError, UsageError
 
@@ -179,11 +179,9 @@ def build(
     def body(rep: Reporter) -> dict[str, Any]:
         import time
 
-        try:
+        with build_extra():
             from fasttts_cli.build.export import build_engine
             from fasttts_cli.nets.checkpoint import CheckpointPaths
-        except ImportError as e:
-            raise missing_build_extra(e) from None
         if not checkpoint.is_dir():
             raise UsageError(
                 f"--checkpoint {checkpoint}: not a directory",
@@ -286,10 +284,8 @@ def tiny_checkpoint(
     """Write a random-weight checkpoint in the official IndexTTS-2 layout (tiny by default, for tests)."""
 
     def body(rep: Reporter) -> dict[str, Any]:
-        try:
+        with build_extra():
             from fasttts_cli.build.tiny import FULL, TINY, write_tiny_checkpoint
-        except ImportError as e:
-            raise missing_build_extra(e) from None
         folder = write_tiny_checkpoint(out_dir, seed=seed, sizes=FULL if full else TINY)
         size = sum(f.stat().st_size for f in Path(folder).rglob("*") if f.is_file())
         return {

@@ -3,13 +3,14 @@ one line per error, the documented exit code, exactly one JSON object on stdout 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import json
 import sys
 import traceback
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -349,10 +350,15 @@ def emit_json(obj: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-def missing_build_extra(e: ImportError) -> FastTTSError:
+@contextlib.contextmanager
+def build_extra() -> Iterator[None]:
+    """Around imports of the build side: an ImportError becomes the missing-`build`-extra error (exit 3)."""
     from fasttts_cli.errors import MissingDependencyError
 
-    return MissingDependencyError(
-        f"the build side needs the `build` extra ({e.name or e})",
-        hint="pip install -e '.[build]'  (torch==2.13.0, onnx, safetensors, transformers)",
-    )
+    try:
+        yield
+    except ImportError as e:
+        raise MissingDependencyError(
+            f"the build side needs the `build` extra ({e.name or e})",
+            hint="pip install -e '.[build]'  (torch==2.13.0, onnx, safetensors, transformers)",
+        ) from None
