@@ -68,7 +68,7 @@ class MemArray:
         pass
 
 
-class DiskArray:
+class DiskArray(contextlib.AbstractContextManager):  # `with`: __enter__ returns self
     """Float32 frames `(n, channels)` in a temporary file in `folder`; removed on close.
 
     The file is sparse until written, so an unwritten range reads as silence and a long, mostly silent
@@ -147,9 +147,6 @@ class DiskArray:
             with contextlib.suppress(OSError):
                 self.path.unlink()
 
-    def __enter__(self) -> DiskArray:
-        return self
-
     def __exit__(
         self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
@@ -165,7 +162,7 @@ class DiskArray:
 _SOUNDFILE_FORMATS = {".wav": "WAV", ".flac": "FLAC"}
 
 
-class AudioFileWriter:
+class AudioFileWriter(contextlib.AbstractContextManager):
     """WAV/FLAC written block by block to a partial file next to `path`
     (`.<stem>.<pid>-<random>.partial<ext>`, unique to this run), renamed on `commit()`. A failed write or
     close (a full disk) removes the partial and raises WriteError naming `path`.
@@ -211,9 +208,6 @@ class AudioFileWriter:
             self._f.close()
         with contextlib.suppress(OSError):
             self.tmp.unlink()
-
-    def __enter__(self) -> AudioFileWriter:
-        return self
 
     def __exit__(
         self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None

@@ -127,7 +127,7 @@ def load_audio(path: Path, sr: int = WORK_SR) -> np.ndarray:
     return resample(to_mono(data), sr_in, sr)
 
 
-class AudioReader:
+class AudioReader(contextlib.AbstractContextManager):  # `with`: __enter__ returns self
     """A file's first audio stream decoded block by block, keeping its channels, at `sr`: `read(m)` returns
     the next float32 `(channels, m)` frames (fewer only at the end). For originals and stems as long as a
     film: memory stays at a block whatever the length.
@@ -252,9 +252,6 @@ class AudioReader:
                     self._proc.stdout.close()
         if self._err is not None:
             self._err.close()
-
-    def __enter__(self) -> AudioReader:
-        return self
 
     def __exit__(
         self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None

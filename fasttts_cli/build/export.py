@@ -47,6 +47,7 @@ from fasttts_cli.build.host_files import (  # noqa: F401
     host_arrays,
     model_constants,
 )
+from fasttts_cli.build.onnx_io import EXTERNAL_DATA_BYTES, load_model, staged_folder, write_onnx
 from fasttts_cli.build.quiet import quiet_native_output
 from fasttts_cli.errors import FastTTSError, UsageError
 from fasttts_cli.nets.checkpoint import CheckpointPaths, IndexTTS2Modules, load_checkpoint
@@ -54,7 +55,6 @@ from fasttts_cli.spec.engine_folder import ComponentEntry, Manifest, component_s
 from fasttts_cli.spec.presets import ComponentSpec, Preset, load_preset
 
 OPSET = 17
-EXTERNAL_DATA_BYTES = 2_000_000_000
 VERIFY_REL = 1e-4
 MODEL_ID = "indextts2"
 
@@ -107,17 +107,7 @@ def _finalize(raw: Path, dest: Path, *, external: bool) -> None:
     if not external and not any(p != raw for p in raw.parent.iterdir()):
         os.replace(raw, dest)
         return
-    import onnx
-
-    model = onnx.load(str(raw), load_external_data=True)
-    onnx.save_model(
-        model,
-        str(dest),
-        save_as_external_data=external,
-        all_tensors_to_one_file=True,
-        location=dest.name + ".data",
-        size_threshold=1024,
-    )
+    write_onnx(load_model(raw), dest, external=external)
 
 
 def verify_graph(spec: GraphSpec, path: Path, *, seed: int = 1, tolerance: float = VERIFY_REL) -> float:
@@ -314,9 +304,7 @@ def build_engine(
         raise UsageError(f"--out {out}: already exists", hint="choose another folder or pass --overwrite")
     say(f"loading checkpoint {paths.root}")
     m = load_checkpoint(paths)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with staged_folder(out) as tmp:
         entries: dict[str, ComponentEntry] = {}
         build_info: dict[str, Any] = {}
         trt_info: dict[str, Any] = {}
@@ -391,10 +379,4 @@ def build_engine(
         write_manifest(tmp, manifest)
         for p in [tmp, *tmp.iterdir()]:
             p.chmod(0o755 if p.is_dir() else 0o644)  # mkdtemp's 0700 is not meant for an engine
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out  # the caller reports where it went (the CLI said it twice when this did too)

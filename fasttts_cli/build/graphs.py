@@ -100,6 +100,18 @@ def _lengths(b: int, t: int, g: torch.Generator, low: int | None = None) -> torc
     return out
 
 
+def _trunk_axes(
+    layers: int, inputs: dict[str, dict[int, str]], *, past_len: str, present_len: str
+) -> dict[str, dict[int, str]]:
+    """A GPT trunk's dynamic axes: its own inputs, then the per-layer cache in (length `past_len`), logits
+    and hidden, the cache out (length `present_len`); batch is axis 0 everywhere, cache length axis 2."""
+    axes = dict(inputs)
+    axes.update({n: {0: "batch", 2: past_len} for n in dec.past_names(layers)})
+    axes.update({dec.LOGITS: {0: "batch"}, dec.HIDDEN: {0: "batch", 1: "new"}})
+    axes.update({n: {0: "batch", 2: present_len} for n in dec.present_names(layers)})
+    return axes
+
+
 def trunk_spec(uv: nn.Module) -> GraphSpec:
     """The GPT-2 trunk as one decoder step with explicit per-layer past/present key/values (decode.py
     names); logits at the last position only, hidden states (after both LayerNorms) at every position."""
@@ -117,10 +129,12 @@ def trunk_spec(uv: nn.Module) -> GraphSpec:
         return (_randn(g, b, t, d), mask, *kv)
 
     past, present = dec.past_names(layers), dec.present_names(layers)
-    trunk_axes = {dec.INPUTS_EMBEDS: {0: "batch", 1: "new"}, dec.ATTENTION_MASK: {0: "batch", 1: "total"}}
-    trunk_axes.update({n: {0: "batch", 2: "past"} for n in past})
-    trunk_axes.update({dec.LOGITS: {0: "batch"}, dec.HIDDEN: {0: "batch", 1: "new"}})
-    trunk_axes.update({n: {0: "batch", 2: "total"} for n in present})
+    trunk_axes = _trunk_axes(
+        layers,
+        {dec.INPUTS_EMBEDS: {0: "batch", 1: "new"}, dec.ATTENTION_MASK: {0: "batch", 1: "total"}},
+        past_len="past",
+        present_len="total",
+    )
     return GraphSpec(
         "gpt_trunk",
         "gpt",
@@ -163,10 +177,12 @@ def inplace_trunk_spec(uv: nn.Module) -> GraphSpec:
         return (_randn(g, b, t, d), seqlens, torch.tensor(total, dtype=torch.int32), last, *kv)
 
     past, present = dec.past_names(layers), dec.present_names(layers)
-    axes = {dec.INPUTS_EMBEDS: {0: "batch", 1: "new"}, SEQLENS_K: {0: "batch"}, LAST_INDEX: {0: "batch"}}
-    axes.update({n: {0: "batch", 2: "capacity"} for n in past})
-    axes.update({dec.LOGITS: {0: "batch"}, dec.HIDDEN: {0: "batch", 1: "new"}})
-    axes.update({n: {0: "batch", 2: "capacity"} for n in present})
+    axes = _trunk_axes(
+        layers,
+        {dec.INPUTS_EMBEDS: {0: "batch", 1: "new"}, SEQLENS_K: {0: "batch"}, LAST_INDEX: {0: "batch"}},
+        past_len="capacity",
+        present_len="capacity",
+    )
     return GraphSpec(
         "gpt_trunk",
         "gpt",

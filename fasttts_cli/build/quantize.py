@@ -25,7 +25,6 @@ precisions for it); the DiT only with the dynamic method.
 
 from __future__ import annotations
 
-import os
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -34,7 +33,13 @@ from typing import Any
 
 import numpy as np
 
-from fasttts_cli.build.onnx_io import EXTERNAL_DATA_BYTES, load_model, save_model, weight_bytes
+from fasttts_cli.build.onnx_io import (
+    EXTERNAL_DATA_BYTES,
+    load_model,
+    save_model,
+    staged_folder,
+    weight_bytes,
+)
 from fasttts_cli.build.quantize_blocks import QuantizeError, quantize_blocks
 from fasttts_cli.build.quiet import quiet_native_output
 from fasttts_cli.spec import registry
@@ -365,9 +370,7 @@ def convert_engine(src: Path | str, dst: Path | str, preset: Any, *, overwrite: 
     m = read_manifest(src)
     if any(c.precision != "fp32" for c in m.components.values()):
         raise UsageError(f"{src}: engine is not fp32 (preset {m.preset}); convert from the fp32 engine")
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", dir=dst.parent))
-    try:
+    with staged_folder(dst) as tmp:
         specs = {}
         for name in m.components:
             group = GRAPH_GROUPS.get(name)
@@ -409,10 +412,4 @@ def convert_engine(src: Path | str, dst: Path | str, preset: Any, *, overwrite: 
                 m, preset=preset.name, preset_build_keys=preset.build_keys(), components=comps, config=config
             ),
         )
-        if dst.exists():
-            shutil.rmtree(dst)
-        os.replace(tmp, dst)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return dst

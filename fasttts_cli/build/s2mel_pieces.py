@@ -18,9 +18,6 @@ Each graph is one module of the same DiT weights; nothing is retrained or re-der
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -29,6 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from fasttts_cli.build.onnx_io import staged_folder
 from fasttts_cli.build.quiet import quiet_native_output
 from fasttts_cli.indextts2.s2mel_cache.piecewise_ort import FORMAT_VERSION, INDEX, PIECES_DIR
 from fasttts_cli.indextts2.s2mel_cache.piecewise_torch import DIAGONAL_BAND, attention_probs, diagonal_mass
@@ -197,80 +195,73 @@ def export_pieces(
 
     integer = precision if precision is not None and precision.precision in INTEGER_PRECISIONS else None
     out = Path(out_dir)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     dit = dit.eval()
     files: dict[str, dict[str, Any]] = {}
     was = [m.ort_contrib for m in dit.modules() if isinstance(m, Attention)]
     use_ort_attention(dit)  # the pieces run only on ONNX Runtime's CPU provider
     try:
-        g = torch.Generator().manual_seed(seed)
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # legacy exporter tracer warnings
-            for name, module, ins, outs in _graphs(dit):
-                path = tmp / f"{name}.onnx"
-                ex = _example(dit, name, 2, 24, g)
-                with quiet_native_output(f"the ONNX export of DiT piece {name}"):
-                    torch.onnx.export(
-                        module,
-                        ex,
-                        str(path),
-                        input_names=ins,
-                        output_names=outs,
-                        dynamic_axes={k: _mel_axes(k, name) for k in ins + outs},
-                        opset_version=OPSET,
-                        dynamo=False,
-                        do_constant_folding=True,
-                    )
-                worst = 0.0
-                if verify:
-                    so = ort.SessionOptions()
-                    so.intra_op_num_threads = 1
-                    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-                    for n, t in ((3, 17), (1, 31)):
-                        args = _example(dit, name, n, t, g)
-                        want = module(*args)
-                        want = want if isinstance(want, tuple) else (want,)
-                        got = sess.run(outs, {k: a.numpy() for k, a in zip(ins, args, strict=True)})
-                        for o, a, b in zip(outs, got, want, strict=True):
-                            if b.dtype == torch.bool:
-                                ok = np.array_equal(a, b.numpy())
-                                err = 0.0 if ok else 1.0
-                            else:
-                                err = _rel(a, b.numpy())
-                            worst = max(worst, err)
-                            if not err < VERIFY_REL:
-                                raise RuntimeError(
-                                    f"s2mel piece {name} output {o}: rel error {err:.2e} at ({n}, {t})"
-                                )
-                piece_precision = "fp32"
-                # integer pieces only: the pieces run on the CPU provider (no fp16 there)
-                if integer is not None and not name.startswith("diag_"):
-                    apply_precision(path, path, integer)
-                    piece_precision = integer.precision
-                files[name] = {
-                    "precision": piece_precision,
-                    "file": path.name,
-                    "inputs": ins,
-                    "outputs": outs,
-                    "sha256": file_sha256(path),
-                    "verify_rel": worst,
-                }
-        index = {
-            "format_version": FORMAT_VERSION,
-            "depth": dit.cfg.depth,
-            "skip_plan": {str(k): v for k, v in sorted(dit.skip_plan.items())},
-            "diagonal_band": DIAGONAL_BAND,
-            "opset": OPSET,
-            "pieces": files,
-        }
-        (tmp / INDEX).write_text(json.dumps(index, indent=1, sort_keys=True), encoding="utf-8")
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        with staged_folder(out) as tmp:
+            g = torch.Generator().manual_seed(seed)
+            with torch.no_grad(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # legacy exporter tracer warnings
+                for name, module, ins, outs in _graphs(dit):
+                    path = tmp / f"{name}.onnx"
+                    ex = _example(dit, name, 2, 24, g)
+                    with quiet_native_output(f"the ONNX export of DiT piece {name}"):
+                        torch.onnx.export(
+                            module,
+                            ex,
+                            str(path),
+                            input_names=ins,
+                            output_names=outs,
+                            dynamic_axes={k: _mel_axes(k, name) for k in ins + outs},
+                            opset_version=OPSET,
+                            dynamo=False,
+                            do_constant_folding=True,
+                        )
+                    worst = 0.0
+                    if verify:
+                        so = ort.SessionOptions()
+                        so.intra_op_num_threads = 1
+                        sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+                        for n, t in ((3, 17), (1, 31)):
+                            args = _example(dit, name, n, t, g)
+                            want = module(*args)
+                            want = want if isinstance(want, tuple) else (want,)
+                            got = sess.run(outs, {k: a.numpy() for k, a in zip(ins, args, strict=True)})
+                            for o, a, b in zip(outs, got, want, strict=True):
+                                if b.dtype == torch.bool:
+                                    ok = np.array_equal(a, b.numpy())
+                                    err = 0.0 if ok else 1.0
+                                else:
+                                    err = _rel(a, b.numpy())
+                                worst = max(worst, err)
+                                if not err < VERIFY_REL:
+                                    raise RuntimeError(
+                                        f"s2mel piece {name} output {o}: rel error {err:.2e} at ({n}, {t})"
+                                    )
+                    piece_precision = "fp32"
+                    # integer pieces only: the pieces run on the CPU provider (no fp16 there)
+                    if integer is not None and not name.startswith("diag_"):
+                        apply_precision(path, path, integer)
+                        piece_precision = integer.precision
+                    files[name] = {
+                        "precision": piece_precision,
+                        "file": path.name,
+                        "inputs": ins,
+                        "outputs": outs,
+                        "sha256": file_sha256(path),
+                        "verify_rel": worst,
+                    }
+            index = {
+                "format_version": FORMAT_VERSION,
+                "depth": dit.cfg.depth,
+                "skip_plan": {str(k): v for k, v in sorted(dit.skip_plan.items())},
+                "diagonal_band": DIAGONAL_BAND,
+                "opset": OPSET,
+                "pieces": files,
+            }
+            (tmp / INDEX).write_text(json.dumps(index, indent=1, sort_keys=True), encoding="utf-8")
     finally:
         for m, on in zip((m for m in dit.modules() if isinstance(m, Attention)), was, strict=True):
             m.ort_contrib = on

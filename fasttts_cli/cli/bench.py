@@ -10,19 +10,15 @@ import typer
 
 from fasttts_cli.app.progress import Reporter
 from fasttts_cli.cli.shared import (
-    JsonlOpt,
-    JsonOpt,
-    QuietOpt,
-    VerboseOpt,
-    app,
-    execute,
-    missing_build_extra,
-    verbosity,
+    Job,
+    Output,
+    build_extra,
+    command,
 )
 from fasttts_cli.errors import UsageError
 
 
-@app.command()
+@command("bench")
 def bench(
     engine: Annotated[
         Path | None, typer.Option("--engine", metavar="DIR", help="Engine folder to time.")
@@ -54,10 +50,9 @@ def bench(
     work_dir: Annotated[
         Path | None, typer.Option("--work-dir", metavar="DIR", help="Keep the random checkpoint/engine here.")
     ] = None,
-    json_out: JsonOpt = False,
-    quiet: QuietOpt = False,
-    verbose: VerboseOpt = 0,
-) -> int:
+    *,
+    ui: Output,
+) -> Job:
     """Per-stage times, RTF and lines/s: our runtime vs the PyTorch eager modules, same weights, one run."""
 
     def ints(flag: str, value: str) -> tuple[int, ...]:
@@ -70,10 +65,8 @@ def bench(
         return out
 
     def body(rep: Reporter) -> dict[str, Any]:
-        try:
+        with build_extra():
             from fasttts_cli.tools.bench import BenchOptions, format_table, run_bench, to_json
-        except ImportError as e:
-            raise missing_build_extra(e) from None
         if not random_weights and engine is None:
             raise UsageError("bench: give --engine DIR or --random-weights")
         opts = BenchOptions(
@@ -100,14 +93,14 @@ def bench(
 
     def body_json(rep: Reporter) -> dict[str, Any]:
         r = body(rep)
-        if json_out:
+        if ui.json:
             r.pop("_table", None)
         return r
 
-    return execute(json_out, verbosity(quiet, verbose), None, "bench", body_json, human)
+    return body_json, human
 
 
-@app.command()
+@command("calibrate", progress=True)
 def calibrate(
     engine: Annotated[Path, typer.Option("--engine", metavar="DIR", help="Engine folder to calibrate.")],
     voice: Annotated[
@@ -134,11 +127,7 @@ def calibrate(
         typer.Option("--max-trials", help="Cap the trials per pass (untried modules stay computed)."),
     ] = None,
     threads: Annotated[int | None, typer.Option("--threads", help="CPU threads (default: all).")] = None,
-    json_out: JsonOpt = False,
-    progress_jsonl: JsonlOpt = None,
-    quiet: QuietOpt = False,
-    verbose: VerboseOpt = 0,
-) -> int:
+) -> Job:
     """Calibrate the s2mel cache (DiTReducio-style step and CFG-branch skipping) into an engine folder."""
 
     def body(rep: Reporter) -> dict[str, Any]:
@@ -164,11 +153,9 @@ def calibrate(
                     f"{engine}: has no {PIECES_DIR}/ (the DiT exported in pieces)",
                     hint="pass --checkpoint DIR (the engine's own checkpoint) once to export them",
                 )
-            try:
+            with build_extra():
                 from fasttts_cli.build.s2mel_pieces import export_pieces_into_engine
                 from fasttts_cli.nets.checkpoint import CheckpointPaths, load_checkpoint
-            except ImportError as e:
-                raise missing_build_extra(e) from None
             rep.info(f"loading {checkpoint}")
             m = load_checkpoint(CheckpointPaths(checkpoint))
             if m.digest() != manifest.checkpoint_digest:
@@ -203,4 +190,4 @@ def calibrate(
             err = "-" if row["error"] is None else f"{row['error']:.4f}"
             print(f"  {k}: threshold {row['threshold']:.4f}, modules kept {row['kept']:.3f}, error {err}")
 
-    return execute(json_out, verbosity(quiet, verbose), progress_jsonl, "calibrate", body, human)
+    return body, human

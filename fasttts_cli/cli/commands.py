@@ -22,35 +22,24 @@ from fasttts_cli.app.progress import NORMAL, Reporter
 # ---- dub -----------------------------------------------------------------------------------------
 from fasttts_cli.cli.shared import (
     EXIT_CODES_HELP,
-    AllowOverlapOpt,
-    BatchSizeOpt,
     EmotionAlphaOpt,
     EmotionAudioOpt,
     EmotionVectorOpt,
-    EncodingOpt,
     EngineOpt,
-    FormatOpt,
-    JsonlOpt,
-    JsonOpt,
-    MaxBatchTokensOpt,
+    Job,
     MinGapOpt,
-    NamePrefixOpt,
     PresetOpt,
-    QuietOpt,
-    StrictVoicesOpt,
-    StylesOpt,
-    VerboseOpt,
+    ScriptFlags,
     app,
+    command,
     emotion_spec,
-    execute,
     fail,
     options_from,
-    verbosity,
 )
 from fasttts_cli.errors import ExitCode
 
 
-@app.command(epilog=EXIT_CODES_HELP)
+@command("dub", progress=True, epilog=EXIT_CODES_HELP)
 def dub(
     script: Annotated[
         Path,
@@ -82,14 +71,8 @@ def dub(
     ] = None,
     engine: EngineOpt = None,
     preset: PresetOpt = None,
-    input_format: FormatOpt = None,
-    name_prefix: NamePrefixOpt = False,
-    strict_voices: StrictVoicesOpt = False,
-    styles: StylesOpt = None,
-    encoding: EncodingOpt = None,
-    allow_overlap: AllowOverlapOpt = False,
-    batch_size: BatchSizeOpt = 8,
-    max_batch_tokens: MaxBatchTokensOpt = 2000,
+    *,
+    reading: ScriptFlags,
     seed: Annotated[
         int, typer.Option("--seed", help="Base seed; each line's seed derives from it, its text and voice.")
     ] = 0,
@@ -134,13 +117,9 @@ def dub(
     emotion_audio: EmotionAudioOpt = None,
     emotion_vector: EmotionVectorOpt = None,
     emotion_alpha: EmotionAlphaOpt = 1.0,
-    json_out: JsonOpt = False,
-    progress_jsonl: JsonlOpt = None,
-    quiet: QuietOpt = False,
-    verbose: VerboseOpt = 0,
-) -> int:
+) -> Job:
     """Dub a subtitle/script file: synthesize every line, fit it to its slot, mix, mux."""
-    params = dict(locals())  # the flags, named as DubOptions' fields
+    params = dict(locals(), **reading)  # the flags, named as DubOptions' fields
     from fasttts_cli.app.pipeline import DubOptions, run_dub
 
     opts = options_from(DubOptions, params, voices=list(voice or []))
@@ -166,13 +145,13 @@ def dub(
             f"{s['loudness_lufs']} LUFS, {s['true_peak_dbtp']} dBTP"
         )
 
-    return execute(json_out, verbosity(quiet, verbose), progress_jsonl, "dub", body, human)
+    return body, human
 
 
 # ---- synth ---------------------------------------------------------------------------------------
 
 
-@app.command(epilog=EXIT_CODES_HELP)
+@command("synth", progress=True, epilog=EXIT_CODES_HELP)
 def synth(
     text: Annotated[str, typer.Argument(help="The text to speak; - reads it from stdin.")],
     voice: Annotated[Path, typer.Option("--voice", help="Reference voice audio.")],
@@ -189,11 +168,7 @@ def synth(
     emotion_audio: EmotionAudioOpt = None,
     emotion_vector: EmotionVectorOpt = None,
     emotion_alpha: EmotionAlphaOpt = 1.0,
-    json_out: JsonOpt = False,
-    progress_jsonl: JsonlOpt = None,
-    quiet: QuietOpt = False,
-    verbose: VerboseOpt = 0,
-) -> int:
+) -> Job:
     """Speak one line in a reference voice, to an audio file at the engine's sample rate."""
     from fasttts_cli.app.single_line import SynthOptions, synth_one
 
@@ -217,13 +192,13 @@ def synth(
         silent = " of silence: synthesis failed" if r.get("failed") else ""
         print(f"wrote {r['outputs']['audio']} ({r['duration']:.2f} s{silent} at {r['sample_rate']} Hz)")
 
-    return execute(json_out, verbosity(quiet, verbose), progress_jsonl, "synth", body, human)
+    return body, human
 
 
 # ---- inspect -------------------------------------------------------------------------------------
 
 
-@app.command(epilog=EXIT_CODES_HELP)
+@command("inspect", epilog=EXIT_CODES_HELP)
 def inspect(
     script: Annotated[Path, typer.Argument(help="Subtitles or script file; - = stdin.")],
     voice: Annotated[
@@ -236,14 +211,8 @@ def inspect(
         Path | None, typer.Option("--video", help="The video: the forecast stops at its end.")
     ] = None,
     engine: EngineOpt = None,
-    input_format: FormatOpt = None,
-    name_prefix: NamePrefixOpt = False,
-    strict_voices: StrictVoicesOpt = False,
-    styles: StylesOpt = None,
-    encoding: EncodingOpt = None,
-    allow_overlap: AllowOverlapOpt = False,
-    batch_size: BatchSizeOpt = 8,
-    max_batch_tokens: MaxBatchTokensOpt = 2000,
+    *,
+    reading: ScriptFlags,
     max_speedup: Annotated[
         float, typer.Option("--max-speedup", help="Tempo cap for the forecast (as for dub).")
     ] = 1.25,
@@ -251,19 +220,14 @@ def inspect(
     only: Annotated[
         str | None, typer.Option("--only", metavar="3,7-9", help="Batch just these lines, as dub would.")
     ] = None,
-    json_out: JsonOpt = False,
-    quiet: QuietOpt = False,
-    verbose: VerboseOpt = 0,
-) -> int:
+) -> Job:
     """Show cues, speakers, batches and a timing forecast (no model is loaded)."""
-    params = dict(locals())  # the flags, named as DubOptions' fields
+    params = dict(locals(), **reading)  # the flags, named as DubOptions' fields
     from fasttts_cli.app.inspection import inspect_job
     from fasttts_cli.app.job import DubOptions
 
     opts = options_from(DubOptions, params, voices=list(voice or []))
-    return execute(
-        json_out, verbosity(quiet, verbose), None, "inspect", lambda rep: inspect_job(opts), _print_inspect
-    )
+    return lambda rep: inspect_job(opts), _print_inspect
 
 
 def _print_inspect(r: dict[str, Any]) -> None:

@@ -12,20 +12,16 @@ from fasttts_cli.app.progress import Reporter
 
 # ---- presets -------------------------------------------------------------------------------------
 from fasttts_cli.cli.shared import (
-    JsonlOpt,
-    JsonOpt,
-    QuietOpt,
-    VerboseOpt,
-    app,
-    execute,
-    missing_build_extra,
-    verbosity,
+    Job,
+    Output,
+    build_extra,
+    command,
 )
 from fasttts_cli.errors import ExitCode, FastTTSError, UsageError
 
 
-@app.command()
-def presets(json_out: JsonOpt = False, quiet: QuietOpt = False, verbose: VerboseOpt = 0) -> int:
+@command("presets")
+def presets() -> Job:
     """List the precision presets and what each needs."""
 
     def body(rep: Reporter) -> dict[str, Any]:
@@ -47,7 +43,7 @@ def presets(json_out: JsonOpt = False, quiet: QuietOpt = False, verbose: Verbose
             for m in p.get("missing", []):
                 con.print(f"{p['name']}: missing {m}", markup=False, highlight=False)
 
-    return execute(json_out, verbosity(quiet, verbose), None, "presets", body, human)
+    return body, human
 
 
 # Building (torch + onnx) and running (the runtime, the GPU) need different things: say which holds.
@@ -107,8 +103,8 @@ def _needs(backends: list[str]) -> str:
 # ---- doctor --------------------------------------------------------------------------------------
 
 
-@app.command()
-def doctor(json_out: JsonOpt = False, quiet: QuietOpt = False, verbose: VerboseOpt = 0) -> int:
+@command("doctor")
+def doctor() -> Job:
     """Check ffmpeg, engines, runtimes and the GPU stack; say what is missing and the licences in use."""
     from fasttts_cli.app.doctor import run_doctor
 
@@ -130,13 +126,13 @@ def doctor(json_out: JsonOpt = False, quiet: QuietOpt = False, verbose: VerboseO
         for p in r["problems"]:
             print(f"problem: {p}")
 
-    return execute(json_out, verbosity(quiet, verbose), None, "doctor", body, human)
+    return body, human
 
 
 # ---- engine building -----------------------------------------------------------------------------
 
 
-@app.command()
+@command("build", progress=True)
 def build(
     checkpoint: Annotated[
         Path,
@@ -177,21 +173,15 @@ def build(
         Path | None,
         typer.Option("--bigvgan", metavar="DIR", help="BigVGAN folder (config.json + generator)."),
     ] = None,
-    json_out: JsonOpt = False,
-    progress_jsonl: JsonlOpt = None,
-    quiet: QuietOpt = False,
-    verbose: VerboseOpt = 0,
-) -> int:
+) -> Job:
     """Export an engine folder (ONNX per component, tokenizer, tables, manifest) from a checkpoint."""
 
     def body(rep: Reporter) -> dict[str, Any]:
         import time
 
-        try:
+        with build_extra():
             from fasttts_cli.build.export import build_engine
             from fasttts_cli.nets.checkpoint import CheckpointPaths
-        except ImportError as e:
-            raise missing_build_extra(e) from None
         if not checkpoint.is_dir():
             raise UsageError(
                 f"--checkpoint {checkpoint}: not a directory",
@@ -222,7 +212,7 @@ def build(
     def human(r: dict[str, Any]) -> None:
         print(f"engine written to {r['engine']} ({r['seconds']} s); use it with --engine {r['engine']}")
 
-    return execute(json_out, verbosity(quiet, verbose), progress_jsonl, "build", body, human)
+    return body, human
 
 
 def _hub_default_out(checkpoint: Path, preset: str) -> Path | None:
@@ -237,7 +227,7 @@ def _hub_default_out(checkpoint: Path, preset: str) -> Path | None:
     return engines_root() / f"IndexTTS-2-{name}"
 
 
-@app.command()
+@command("download")
 def download(
     out_dir: Annotated[
         Path, typer.Argument(metavar="DIR", help="Checkpoint folder to fill (new or partial).")
@@ -256,10 +246,9 @@ def download(
     revision: Annotated[
         str | None, typer.Option("--revision", help="Revision of IndexTeam/IndexTTS-2 (default main).")
     ] = None,
-    json_out: JsonOpt = False,
-    quiet: QuietOpt = False,
-    verbose: VerboseOpt = 0,
-) -> int:
+    *,
+    ui: Output,
+) -> Job:
     """Fetch the public IndexTTS-2 release (5 Hugging Face repositories) into the layout `build` reads."""
     from fasttts_cli.app.download import download_release
 
@@ -271,7 +260,7 @@ def download(
             cache_dir=cache_dir,
             revision=revision,
             progress=rep.info,
-            progress_bars=not quiet and not json_out,
+            progress_bars=not ui.quiet and not ui.json,
         )
         return r.to_json()
 
@@ -281,27 +270,22 @@ def download(
             f"({r['bytes'] / 1e9:.2f} GB); next: fasttts build --checkpoint {r['checkpoint']}"
         )
 
-    return execute(json_out, verbosity(quiet, verbose), None, "download", body, human)
+    return body, human
 
 
-@app.command("tiny-checkpoint")
+@command("tiny-checkpoint")
 def tiny_checkpoint(
     out_dir: Annotated[Path, typer.Argument(metavar="DIR", help="Folder to create (must be new or empty).")],
     seed: Annotated[int, typer.Option("--seed", help="Seed of the random weights.")] = 0,
     full: Annotated[
         bool, typer.Option("--full", help="The release's full sizes instead of tiny ones (several GB).")
     ] = False,
-    json_out: JsonOpt = False,
-    quiet: QuietOpt = False,
-    verbose: VerboseOpt = 0,
-) -> int:
+) -> Job:
     """Write a random-weight checkpoint in the official IndexTTS-2 layout (tiny by default, for tests)."""
 
     def body(rep: Reporter) -> dict[str, Any]:
-        try:
+        with build_extra():
             from fasttts_cli.build.tiny import FULL, TINY, write_tiny_checkpoint
-        except ImportError as e:
-            raise missing_build_extra(e) from None
         folder = write_tiny_checkpoint(out_dir, seed=seed, sizes=FULL if full else TINY)
         size = sum(f.stat().st_size for f in Path(folder).rglob("*") if f.is_file())
         return {
@@ -315,4 +299,4 @@ def tiny_checkpoint(
     def human(r: dict[str, Any]) -> None:
         print(f"checkpoint written to {r['checkpoint']} ({r['bytes'] / 1e6:.1f} MB)")
 
-    return execute(json_out, verbosity(quiet, verbose), None, "tiny-checkpoint", body, human)
+    return body, human

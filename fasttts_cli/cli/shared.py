@@ -3,11 +3,15 @@ one line per error, the documented exit code, exactly one JSON object on stdout 
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import inspect
 import json
 import sys
 import traceback
-from collections.abc import Callable, Mapping
-from dataclasses import fields
+import typing
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -119,6 +123,112 @@ EmotionVectorOpt = Annotated[
 EmotionAlphaOpt = Annotated[
     float, typer.Option("--emotion-alpha", help="Strength of the emotion reference or vector (0..1).")
 ]
+
+
+# The flags every command ends with, in this order (--progress-jsonl only where the command reports progress).
+_OUTPUT_FLAGS: tuple[tuple[str, Any, Any], ...] = (
+    ("json_out", JsonOpt, False),
+    ("progress_jsonl", JsonlOpt, None),
+    ("quiet", QuietOpt, False),
+    ("verbose", VerboseOpt, 0),
+)
+
+
+@dataclass(frozen=True)
+class FlagGroup:
+    """Flags that several commands declare alike, as (parameter name, option type, default). A parameter
+    annotated `Annotated[dict[str, Any], group]` stands for them at its place in the command's flags; the
+    command receives their values as that one dict."""
+
+    flags: tuple[tuple[str, Any, Any], ...]
+
+
+# How dub and inspect read a script and cut it into batches.
+ScriptFlags = Annotated[
+    dict[str, Any],
+    FlagGroup(
+        (
+            ("input_format", FormatOpt, None),
+            ("name_prefix", NamePrefixOpt, False),
+            ("strict_voices", StrictVoicesOpt, False),
+            ("styles", StylesOpt, None),
+            ("encoding", EncodingOpt, None),
+            ("allow_overlap", AllowOverlapOpt, False),
+            ("batch_size", BatchSizeOpt, 8),
+            ("max_batch_tokens", MaxBatchTokensOpt, 2000),
+        )
+    ),
+]
+
+
+@dataclass(frozen=True)
+class Output:
+    """A command's output flags: --json, --progress-jsonl, -q, -v."""
+
+    json: bool
+    jsonl: str | None
+    quiet: bool
+    verbose: int
+
+    @property
+    def verbosity(self) -> int:
+        return verbosity(self.quiet, self.verbose)
+
+
+Human = Callable[[dict[str, Any]], None] | None
+Job = tuple[Callable[[Reporter], dict[str, Any]], Human]
+
+
+def _flag_params(flags: tuple[tuple[str, Any, Any], ...]) -> list[inspect.Parameter]:
+    return [
+        inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=d, annotation=a) for n, a, d in flags
+    ]
+
+
+def _group_of(annotation: Any) -> FlagGroup | None:
+    if typing.get_origin(annotation) is not Annotated:
+        return None
+    return next((m for m in typing.get_args(annotation)[1:] if isinstance(m, FlagGroup)), None)
+
+
+def command(
+    name: str, *, progress: bool = False, epilog: str | None = None
+) -> Callable[[Callable[..., Job]], Callable[..., int]]:
+    """Register `fn` as the command `name`: its own flags (a FlagGroup parameter expanded in place), then
+    the output flags (one declaration for every command); `fn` returns a (body, human) pair, run under
+    `execute`, the error contract. `fn` gets the output flags as `ui: Output` if it has such a parameter."""
+
+    def register(fn: Callable[..., Job]) -> Callable[..., int]:
+        hints = typing.get_type_hints(fn, include_extras=True)  # fn's module resolves its own annotations
+        wants_ui = "ui" in hints
+        params: list[inspect.Parameter] = []
+        groups: dict[str, FlagGroup] = {}
+        for p in inspect.signature(fn).parameters.values():
+            group = _group_of(hints[p.name])
+            if group is not None:
+                groups[p.name] = group
+                params += _flag_params(group.flags)
+            elif p.name != "ui":
+                # keyword-only: Typer calls with keywords, and a group may stand between defaulted flags
+                params.append(p.replace(annotation=hints[p.name], kind=inspect.Parameter.KEYWORD_ONLY))
+        params += _flag_params(tuple(f for f in _OUTPUT_FLAGS if progress or f[0] != "progress_jsonl"))
+
+        @functools.wraps(fn)
+        def run(**kw: Any) -> int:
+            ui = Output(
+                kw.pop("json_out"), kw.pop("progress_jsonl", None), kw.pop("quiet"), kw.pop("verbose")
+            )
+            for pname, group in groups.items():
+                kw[pname] = {n: kw.pop(n) for n, _, _ in group.flags}
+            body, human = fn(**kw, ui=ui) if wants_ui else fn(**kw)
+            return execute(ui.json, ui.verbosity, ui.jsonl, name, body, human)
+
+        run.__signature__ = inspect.Signature(params, return_annotation=int)  # type: ignore[attr-defined]
+        run.__annotations__ = {p.name: p.annotation for p in params} | {"return": int}
+        app.command(name, epilog=epilog)(run)
+        return run
+
+    return register
 
 
 def options_from(cls: type[T], params: Mapping[str, Any], **given: Any) -> T:
@@ -240,10 +350,15 @@ def emit_json(obj: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-def missing_build_extra(e: ImportError) -> FastTTSError:
+@contextlib.contextmanager
+def build_extra() -> Iterator[None]:
+    """Around imports of the build side: an ImportError becomes the missing-`build`-extra error (exit 3)."""
     from fasttts_cli.errors import MissingDependencyError
 
-    return MissingDependencyError(
-        f"the build side needs the `build` extra ({e.name or e})",
-        hint="pip install -e '.[build]'  (torch==2.13.0, onnx, safetensors, transformers)",
-    )
+    try:
+        yield
+    except ImportError as e:
+        raise MissingDependencyError(
+            f"the build side needs the `build` extra ({e.name or e})",
+            hint="pip install -e '.[build]'  (torch==2.13.0, onnx, safetensors, transformers)",
+        ) from None
