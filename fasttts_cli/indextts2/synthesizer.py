@@ -37,14 +37,7 @@ from fasttts_cli.indextts2.sampling import SamplingParams
 from fasttts_cli.indextts2.voice_cache import VoiceCache, voice_key
 from fasttts_cli.spec.engine_folder import file_sha256, read_manifest
 from fasttts_cli.spec.presets import DecodeOptions, Preset, S2MelOptions, coerce_value
-from fasttts_cli.synth.synthesizer import (
-    EmotionSpec,
-    ResultCallback,
-    SynthRequest,
-    SynthResult,
-    Voice,
-    deliver,
-)
+from fasttts_cli.synth import synthesizer as contract  # the Synthesizer contract's types
 
 # Bump whenever this runtime's output for the same engine and preset could change (part of identity()).
 ENGINE_CODE_REV = 1
@@ -183,12 +176,12 @@ class IndexTTS2Synthesizer:
         return self.engine.text.count_tokens(text)
 
     def prepare_voice(
-        self, path: Path, *, name: str | None = None, emotion: EmotionSpec | None = None
-    ) -> Voice:
+        self, path: Path, *, name: str | None = None, emotion: contract.EmotionSpec | None = None
+    ) -> contract.Voice:
         from fasttts_cli.audio.load import check_reference_voice
 
         path = Path(path)
-        spec = emotion or EmotionSpec()
+        spec = emotion or contract.EmotionSpec()
         check_reference_voice(path)
         emo_sha = None
         if spec.audio is not None:
@@ -222,11 +215,11 @@ class IndexTTS2Synthesizer:
             with e.times.time("voice"):
                 cond = e.voice_conditioning(speaker, emo16, alpha=spec.alpha, vector=vector)
             self.cache.put(key, cond.arrays())
-        return Voice(name=name or path.stem, path=path, audio_sha256=sha, emotion=spec, state=cond)
+        return contract.Voice(name=name or path.stem, path=path, audio_sha256=sha, emotion=spec, state=cond)
 
     def synthesize(
-        self, requests: Sequence[SynthRequest], on_result: ResultCallback | None = None
-    ) -> list[SynthResult]:
+        self, requests: Sequence[contract.SynthRequest], on_result: contract.ResultCallback | None = None
+    ) -> list[contract.SynthResult]:
         """As the protocol says; `on_result(k, result)` as each request's audio is ready: when the last
         of its segments is out of the vocoder (s2mel runs `s2mel.rows_per_call` lines a call, so a CPU
         preset reports line by line, a GPU preset by engine batch)."""
@@ -241,7 +234,7 @@ class IndexTTS2Synthesizer:
         mine: dict[int, list[_Segment]] = {i: [] for i in range(len(requests))}
         for s in segs:
             mine[s.req].append(s)
-        done: dict[int, SynthResult] = {}
+        done: dict[int, contract.SynthResult] = {}
 
         def settle(final: bool) -> None:
             # Deliver each request whose segments all have audio (or, once its batch is settled, an error).
@@ -255,7 +248,7 @@ class IndexTTS2Synthesizer:
                     or (final and all(s.wav is not None or s.error is not None for s in parts))
                 ):
                     done[i] = self._result(r, parts, errors.get(i))
-                    deliver(on_result, i, done[i])
+                    contract.deliver(on_result, i, done[i])
 
         settle(False)  # lines that failed before any model ran
         # Similar prefix lengths together: less padding in each GPT batch (results do not depend on it).
@@ -268,7 +261,9 @@ class IndexTTS2Synthesizer:
             done[i] if i in done else self._result(r, mine[i], errors.get(i)) for i, r in enumerate(requests)
         ]
 
-    def _result(self, r: SynthRequest, mine: list[_Segment], error: str | None) -> SynthResult:
+    def _result(
+        self, r: contract.SynthRequest, mine: list[_Segment], error: str | None
+    ) -> contract.SynthResult:
         """A request's result from its segments (in index order), joined with the segment gap."""
         mine = sorted(mine, key=lambda s: s.index)
         if error is None:
@@ -276,7 +271,7 @@ class IndexTTS2Synthesizer:
             if bad:
                 error = f"segment {bad[0].index + 1} of {len(mine)}: {bad[0].error or 'no audio'}"
         if error is not None:
-            return SynthResult(r.line_id, None, self.sample_rate, error=error)
+            return contract.SynthResult(r.line_id, None, self.sample_rate, error=error)
         gap = np.zeros(round(SEGMENT_GAP_S * self.sample_rate), np.float32)
         parts: list[np.ndarray] = []
         for k, s in enumerate(mine):
@@ -284,7 +279,7 @@ class IndexTTS2Synthesizer:
                 parts.append(gap)
             assert s.wav is not None
             parts.append(s.wav)
-        return SynthResult(
+        return contract.SynthResult(
             r.line_id,
             np.concatenate(parts).astype(np.float32),
             self.sample_rate,
@@ -297,7 +292,7 @@ class IndexTTS2Synthesizer:
 
     # ------------------------------------------------------------------------------- internals
 
-    def _segments(self, i: int, r: SynthRequest) -> list[_Segment]:
+    def _segments(self, i: int, r: contract.SynthRequest) -> list[_Segment]:
         e = self.engine
         cond = r.voice.state
         if not isinstance(cond, VoiceConditioning):
