@@ -354,6 +354,15 @@ def test_graph_runner_eager_fallback_on_cpu() -> None:
     assert calls == [1, 1] and (r.enabled is CUDA)
 
 
+def test_graph_runner_for_device_follows_use_graphs(monkeypatch: pytest.MonkeyPatch) -> None:
+    # None: graphs on CUDA only; an explicit setting wins on any device (all three stage drivers use this)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.delenv("FASTTTS_TORCH_GRAPHS", raising=False)
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert GraphRunner.for_device(None, cuda).enabled and not GraphRunner.for_device(None, cpu).enabled
+    assert not GraphRunner.for_device(False, cuda).enabled and GraphRunner.for_device(True, cpu).enabled
+
+
 def test_presets_and_precision_mapping() -> None:
     import dataclasses
 

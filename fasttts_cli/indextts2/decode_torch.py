@@ -64,8 +64,7 @@ class TorchGPT:
             part.to(dtype)
         self.cfg = uv.cfg
         self.settings = settings
-        use = settings.use_graphs if settings.use_graphs is not None else self.device.type == "cuda"
-        self.graphs = GraphRunner(use)
+        self.graphs = GraphRunner.for_device(settings.use_graphs, self.device)
         self.max_rows = settings.max_lines * settings.max_beams
         self.buckets = row_buckets(settings.max_lines, tuple(sorted({1, settings.max_beams})))
         c = self.cfg

@@ -61,6 +61,11 @@ class GraphRunner:
         self._pool = None
         self.captures = 0  # how many graphs were captured (the bench reports it)
 
+    @classmethod
+    def for_device(cls, use_graphs: bool | None, device: torch.device) -> GraphRunner:
+        """The runner a stage's `use_graphs` setting asks for on `device` (None: graphs on CUDA only)."""
+        return cls(use_graphs if use_graphs is not None else device.type == "cuda")
+
     def clear(self) -> None:
         """Forget every graph (after the static buffers they point at were reallocated)."""
         self.graphs.clear()

@@ -106,8 +106,7 @@ class TorchS2Mel:
         self.estimator = self.model.cfm.estimator
         if dtype != torch.float32:
             half_with_fp32_norms(self.estimator, dtype)
-        use = settings.use_graphs if settings.use_graphs is not None else self.device.type == "cuda"
-        self.graphs = GraphRunner(use)
+        self.graphs = GraphRunner.for_device(settings.use_graphs, self.device)
         self.row_buckets = row_buckets(settings.max_rows, (1,))
         self._buffers: dict[tuple[int, int], _StepBuffers] = {}
         self.n_mels = self.estimator.cfg.in_channels
@@ -245,8 +244,7 @@ class TorchVocoder:
         self.settings = settings
         self.hop = self.model.cfg.hop
         self.tf32 = tf32 and self.device.type == "cuda"
-        use = settings.use_graphs if settings.use_graphs is not None else self.device.type == "cuda"
-        self.graphs = GraphRunner(use)
+        self.graphs = GraphRunner.for_device(settings.use_graphs, self.device)
         self.row_buckets = row_buckets(settings.max_rows, (1,))
         self._buffers: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
 
