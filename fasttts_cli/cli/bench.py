@@ -17,6 +17,9 @@ from fasttts_cli.cli.shared import (
 )
 from fasttts_cli.errors import UsageError
 
+# bench and calibrate take the same --threads flag.
+ThreadsOpt = Annotated[int | None, typer.Option("--threads", help="CPU threads (default: all).")]
+
 
 @command("bench")
 def bench(
@@ -42,7 +45,7 @@ def bench(
     steps_timed: Annotated[
         int, typer.Option("--steps-timed", help="CFM steps run per measurement (scaled to the preset's).")
     ] = 2,
-    threads: Annotated[int | None, typer.Option("--threads", help="CPU threads (default: all).")] = None,
+    threads: ThreadsOpt = None,
     no_eager: Annotated[bool, typer.Option("--no-eager", help="Skip the PyTorch eager side.")] = False,
     rounds: Annotated[
         int, typer.Option("--rounds", help="Time ours then eager this many times; report medians.")
@@ -126,7 +129,7 @@ def calibrate(
         int | None,
         typer.Option("--max-trials", help="Cap the trials per pass (untried modules stay computed)."),
     ] = None,
-    threads: Annotated[int | None, typer.Option("--threads", help="CPU threads (default: all).")] = None,
+    threads: ThreadsOpt = None,
 ) -> Job:
     """Calibrate the s2mel cache (DiTReducio-style step and CFG-branch skipping) into an engine folder."""
 

@@ -38,6 +38,9 @@ from fasttts_cli.cli.shared import (
 )
 from fasttts_cli.errors import ExitCode
 
+# dub and synth take the same --max-retries flag (each keeps its own default).
+MaxRetriesOpt = Annotated[int, typer.Option("--max-retries", help="Re-syntheses of an implausible line.")]
+
 
 @command("dub", progress=True, epilog=EXIT_CODES_HELP)
 def dub(
@@ -83,9 +86,7 @@ def dub(
         bool, typer.Option("--dry-run", help="Check inputs and write the plan; load no model.")
     ] = False,
     on_line_failure: Annotated[str, typer.Option("--on-line-failure", help="fail | silence | skip")] = "fail",
-    max_retries: Annotated[
-        int, typer.Option("--max-retries", help="Re-syntheses of an implausible line.")
-    ] = 2,
+    max_retries: MaxRetriesOpt = 2,
     max_speedup: Annotated[
         float, typer.Option("--max-speedup", help="Tempo cap (1.25 = 25% faster).")
     ] = 1.25,
@@ -162,9 +163,7 @@ def synth(
     on_line_failure: Annotated[
         str, typer.Option("--on-line-failure", help="fail | silence (write silence of the text's length)")
     ] = "fail",
-    max_retries: Annotated[
-        int, typer.Option("--max-retries", help="Re-syntheses of an implausible line.")
-    ] = 2,
+    max_retries: MaxRetriesOpt = 2,
     emotion_audio: EmotionAudioOpt = None,
     emotion_vector: EmotionVectorOpt = None,
     emotion_alpha: EmotionAlphaOpt = 1.0,
