@@ -176,7 +176,7 @@ def test_trunk_kv_stays_on_the_device_between_steps(tmp_path: Path, beams: int) 
         np.random.default_rng(3 + i).standard_normal((5 + 2 * i, D)).astype(np.float32) for i in range(3)
     ]
     params = SamplingParams(
-        do_sample=True, num_beams=beams, top_k=5, top_p=0.9, temperature=1.0, repetition_penalty=2.0,
+        do_sample=True, beams=beams, top_k=5, top_p=0.9, temperature=1.0, repetition_penalty=2.0,
         max_tokens=12, stop_token=8193,
     )  # fmt: skip
     ref = dec.GPTDecoder(OrtSession(src, SessionOptions(threads=1)), emb, layers=1, heads=H)
