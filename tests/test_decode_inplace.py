@@ -6,58 +6,20 @@ really written in place."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pytest
 
-from fasttts_cli.backends.onnxruntime.session import OrtSession, SessionOptions
-from fasttts_cli.indextts2 import decode as dec
-from fasttts_cli.indextts2.decode_inplace import InplaceGPTDecoder, KVBuffers, decoder_for
+from fasttts_cli.indextts2.decode_inplace import KVBuffers
 from fasttts_cli.indextts2.sampling import LineDecoder, SamplingParams
-
-
-@dataclass
-class Pair:
-    classic: dec.GPTDecoder
-    inplace: InplaceGPTDecoder
-    emb: dec.HostEmbeddings
-    n_latents: int
-    graph: object  # the in-place trunk's ONNX file
+from tests.tiny_trunks import TinyTrunks, tiny_trunks
 
 
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory: pytest.TempPathFactory) -> Pair:
-    torch = pytest.importorskip("torch")
-    yaml = pytest.importorskip("yaml")
-    from fasttts_cli.build.export import export_graph, gpt_host_tables, inplace_trunk_spec, trunk_spec
-    from fasttts_cli.build.tiny import TINY, write_tiny_checkpoint
-    from fasttts_cli.nets.unified_voice import load_unified_voice
-
-    torch.set_num_threads(1)
-    root = tmp_path_factory.mktemp("inplace")
-    ckpt = write_tiny_checkpoint(root / "ckpt", stop_bias=0.0)
-    gcfg = yaml.safe_load((ckpt / "config.yaml").read_text(encoding="utf-8"))["gpt"]
-    uv = load_unified_voice(ckpt / "gpt.pth", gcfg, cond_input_size=TINY.w2v_width)
-    (root / "a").mkdir()
-    (root / "b").mkdir()
-    classic = export_graph(trunk_spec(uv), root / "a")
-    inplace = export_graph(inplace_trunk_spec(uv), root / "b")  # verified against PyTorch inside
-    for name, arr in gpt_host_tables(uv).items():
-        np.save(root / name, arr)
-    c = uv.cfg
-    emb = dec.HostEmbeddings.load(
-        root, dec.GPTTokens(c.start_text_token, c.stop_text_token, c.start_mel_token, c.stop_mel_token)
-    )
-    opts = SessionOptions(threads=1)
-    a = decoder_for(OrtSession(classic, opts), emb, layers=c.layers, heads=c.heads)
-    b = decoder_for(OrtSession(inplace, opts), emb, layers=c.layers, heads=c.heads)
-    assert isinstance(a, dec.GPTDecoder) and isinstance(b, InplaceGPTDecoder)
-    b.headroom = 4  # the cache must grow several times within these short lines
-    return Pair(a, b, emb, c.spk_perceiver.num_latents, inplace)
+def pair(tmp_path_factory: pytest.TempPathFactory) -> TinyTrunks:
+    return tiny_trunks(tmp_path_factory.mktemp("inplace"))
 
 
-def test_trunk_uses_the_fused_ops(pair: Pair) -> None:
+def test_trunk_uses_the_fused_ops(pair: TinyTrunks) -> None:
     """One node per fused chain: packed QKV into the attention (no Slice), FastGelu with the c_fc bias,
     SkipLayerNormalization for bias + residual + LayerNorm (two per block); the float graph keeps only
     the c_attn and head bias Adds, which the weight-only quantizer folds into MatMulNBits."""
@@ -73,7 +35,7 @@ def test_trunk_uses_the_fused_ops(pair: Pair) -> None:
     assert ops["Add"] <= layers + 2
 
 
-def _prefixes(p: Pair, lens: list[int], seed: int = 0) -> list[np.ndarray]:
+def _prefixes(p: TinyTrunks, lens: list[int], seed: int = 0) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     d = p.emb.model_dim
     return [
@@ -87,7 +49,7 @@ def _prefixes(p: Pair, lens: list[int], seed: int = 0) -> list[np.ndarray]:
 
 
 @pytest.mark.parametrize("beams", [1, 3])
-def test_sampled_codes_equal_the_classic_decoder(pair: Pair, beams: int) -> None:
+def test_sampled_codes_equal_the_classic_decoder(pair: TinyTrunks, beams: int) -> None:
     prefixes = _prefixes(pair, [5, 17, 9, 2])
     params = [
         SamplingParams(beams=beams, top_k=30, top_p=0.8, temperature=0.8, max_tokens=m)
@@ -100,7 +62,7 @@ def test_sampled_codes_equal_the_classic_decoder(pair: Pair, beams: int) -> None
     assert len({w.codes.size for w in want}) > 1  # lines left the batch at different steps
 
 
-def test_latents_and_forced_path_equal_the_classic_decoder(pair: Pair) -> None:
+def test_latents_and_forced_path_equal_the_classic_decoder(pair: TinyTrunks) -> None:
     prefixes = _prefixes(pair, [4, 12, 8], seed=1)
     rng = np.random.default_rng(2)
     codes = [rng.integers(0, 8000, size=n) for n in (30, 3, 17)]
@@ -118,7 +80,7 @@ def test_latents_and_forced_path_equal_the_classic_decoder(pair: Pair) -> None:
     np.testing.assert_allclose(gh, wh, rtol=0, atol=1e-5)
 
 
-def test_cache_is_written_in_place_and_grows(pair: Pair) -> None:
+def test_cache_is_written_in_place_and_grows(pair: TinyTrunks) -> None:
     d = pair.inplace
     kv = KVBuffers(2, d.layers, d.heads, d.head_dim, 4)
     x = np.random.default_rng(3).normal(size=(2, 3, pair.emb.model_dim)).astype(np.float32)
@@ -144,7 +106,7 @@ def test_cache_is_written_in_place_and_grows(pair: Pair) -> None:
     assert not (kv.arrays[1][0, :, :2] == -7.0).any()
 
 
-def test_binding_is_reused_until_the_arrays_change(pair: Pair) -> None:
+def test_binding_is_reused_until_the_arrays_change(pair: TinyTrunks) -> None:
     """Each step rebinds only its small inputs; the cache arrays are bound again only when they are
     replaced (growth, rows leaving), and a step after that sees the new arrays."""
     d = pair.inplace
@@ -166,7 +128,7 @@ def test_binding_is_reused_until_the_arrays_change(pair: Pair) -> None:
     assert kv.binding.holds(kv.arrays) and logits.shape[0] == 1
 
 
-def test_reorder_copies_only_after_the_last_common_ancestor(pair: Pair) -> None:
+def test_reorder_copies_only_after_the_last_common_ancestor(pair: TinyTrunks) -> None:
     """A row that takes another's history copies only the columns written since they last held the
     same values (by construction: a copy), not the whole generated part."""
     d = pair.inplace

@@ -16,13 +16,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fasttts_cli.backends.onnxruntime.session import OrtSession, SessionOptions
 from fasttts_cli.backends.protocol import GPTSteps, StepOutput
 from fasttts_cli.indextts2 import decode as dec
 from fasttts_cli.indextts2 import generate_loop as loop
-from fasttts_cli.indextts2.decode_inplace import InplaceGPTDecoder, decoder_for
 from fasttts_cli.indextts2.gpt_trtllm import LinePrompt, TrtllmGPT
 from fasttts_cli.indextts2.sampling import LineDecoder, SamplingParams
+from tests.tiny_trunks import tiny_trunks
 
 
 @dataclass
@@ -34,34 +33,13 @@ class Backends:
 
 @pytest.fixture(scope="module")
 def backends(tmp_path_factory: pytest.TempPathFactory) -> Backends:
-    torch = pytest.importorskip("torch")
-    yaml = pytest.importorskip("yaml")
+    pytest.importorskip("torch")
     from fasttts_cli.backends.tensorrt_llm import trtllm_convert as tc
-    from fasttts_cli.build.export import export_graph, gpt_host_tables, inplace_trunk_spec, trunk_spec
-    from fasttts_cli.build.tiny import TINY, write_tiny_checkpoint
     from fasttts_cli.indextts2.decode_torch import DecodeSettings, TorchGPT
-    from fasttts_cli.nets.unified_voice import load_unified_voice
 
-    torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("loop")
-    ckpt = write_tiny_checkpoint(root / "ckpt", stop_bias=0.0)
-    gcfg = yaml.safe_load((ckpt / "config.yaml").read_text(encoding="utf-8"))["gpt"]
-    uv = load_unified_voice(ckpt / "gpt.pth", gcfg, cond_input_size=TINY.w2v_width)
-    (root / "a").mkdir()
-    (root / "b").mkdir()
-    classic = export_graph(trunk_spec(uv), root / "a")
-    inplace = export_graph(inplace_trunk_spec(uv), root / "b")
-    for name, arr in gpt_host_tables(uv).items():
-        np.save(root / name, arr)
-    c = uv.cfg
-    emb = dec.HostEmbeddings.load(
-        root, dec.GPTTokens(c.start_text_token, c.stop_text_token, c.start_mel_token, c.stop_mel_token)
-    )
-    opts = SessionOptions(threads=1)
-    full = decoder_for(OrtSession(classic, opts), emb, layers=c.layers, heads=c.heads)
-    inp = decoder_for(OrtSession(inplace, opts), emb, layers=c.layers, heads=c.heads)
-    assert isinstance(full, dec.GPTDecoder) and isinstance(inp, InplaceGPTDecoder)
-    inp.headroom = 4  # the in-place cache grows within these lines
+    t = tiny_trunks(root)
+    ckpt, gcfg, uv, emb, full, inp = t.checkpoint, t.gpt_config, t.model, t.emb, t.classic, t.inplace
     state = tc.state_from_gpt_pth(ckpt / "gpt.pth")
     conv = tc.write_checkpoint(
         root / "trtllm",
@@ -73,7 +51,7 @@ def backends(tmp_path_factory: pytest.TempPathFactory) -> Backends:
     trt = TrtllmGPT(conv, backend="reference", emb=emb)
     tg = TorchGPT(copy.deepcopy(uv), settings=DecodeSettings(max_lines=4, max_beams=3))
     steps = {"onnx-full": full, "onnx-inplace": inp, "torch": tg, "trtllm-client": trt}
-    yield Backends(emb, steps, c.spk_perceiver.num_latents)
+    yield Backends(emb, steps, t.n_latents)
     trt.close()
 
 

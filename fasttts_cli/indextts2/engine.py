@@ -128,7 +128,6 @@ class IndexTTS2Engine(VoiceFlow, SessionVoiceStages):
         self._emb: dec.HostEmbeddings | None = None
         self._decoder: dec.GPTDecoder | InplaceGPTDecoder | None = None
         self._trtllm: TrtllmGPT | None = None
-        self.trtllm_gpt = self.sessions.gpt == GPT_TRTLLM  # read by the GPT stage methods
         self._mats: emo.EmotionMatrices | None = None
         self._text: Any = None
         self._cfm_cache: dict[tuple[int, float, str, str], Any] = {}
