@@ -9,6 +9,15 @@ Progress per line: an engine that can tell when each row of a batch is ready set
 and accepts `synthesize(requests, on_result=cb)`, calling `cb(k, result)` once per row as soon as that
 row's audio (or error) is final; the pipeline drives every engine through `synthesize_rows`, which also
 serves engines without it (their rows are reported when the call returns).
+
+Two phases, for fitting lines to their slots: `plan(requests)` decides what a line says (IndexTTS-2: the
+GPT's codes; the draft voice: its natural audio) and so its natural length; `render(items)` turns a plan
+into audio at a target of exactly `frames * hop` samples (or its natural length, `frames=None`). The
+timing solver runs between them, on natural lengths, so the model, not a tempo change, fits each line.
+`synthesize` is plan + render at the natural length. An engine that cannot render to a length sets
+`renders_to_length = False` (its lines are fitted by tempo change); one with no `plan`/`render` at all
+(an embedding program's own engine) is driven through `plan_rows`/`render_rows`, which treat its
+`synthesize` output as the plan and render it at its natural length only.
 """
 
 from __future__ import annotations
@@ -72,10 +81,52 @@ class SynthResult:
     error: str | None = None
     n_tokens: int | None = None  # generated acoustic tokens, where the engine has them
     hit_token_limit: bool = False  # generation stopped at max tokens instead of a stop token
+    # The draft voice's correction after rendering to a length: rendered length / target (1.0: none). It is
+    # kept apart from the solver's tempo change (`stretch_factor`) so a report shows both.
+    residual: float = 1.0
 
     @property
     def ok(self) -> bool:
         return self.error is None and self.audio is not None
+
+
+@dataclass
+class LinePlan:
+    """Phase one of a line: what the engine will say, and how long it is at its natural pace.
+
+    `payload` and `info` are engine-private and stored in the plan cache (`plans/`) as they are: `payload`
+    a 1-D float32 or int32 array (IndexTTS-2: every segment's codes end to end; the draft voice: the
+    natural audio), `info` JSON-able (IndexTTS-2: the segments' code counts). A render needs nothing
+    else from the plan phase, so a re-timed line never re-runs the GPT."""
+
+    line_id: str
+    sample_rate: int
+    natural_samples: int = 0  # the line's length rendered at its natural pace
+    payload: np.ndarray | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    n_tokens: int | None = None
+    hit_token_limit: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.payload is not None
+
+    @property
+    def natural(self) -> float:
+        """Natural duration, seconds."""
+        return self.natural_samples / self.sample_rate
+
+
+@dataclass(frozen=True)
+class RenderRequest:
+    """Phase two of a line: its plan rendered to `frames * hop` samples exactly (None: natural length).
+    `request` is the line's own request (voice, seed, options): rendering is as deterministic as
+    planning, and as independent of batch-mates."""
+
+    request: SynthRequest
+    plan: LinePlan
+    frames: int | None = None
 
 
 @runtime_checkable
@@ -103,12 +154,19 @@ class Synthesizer(Protocol):
         `reports_rows = True` also takes `on_result` (see the module docstring)."""
         ...
 
+    # Two-phase engines (see the module docstring) also have:
+    #   hop: int                      samples per render frame
+    #   renders_to_length: bool       render(frames=F) is supported
+    #   plan(requests, on_result=None) -> list[LinePlan]          one per request, same order
+    #   render(items, on_result=None) -> list[SynthResult]        one per RenderRequest, same order
+
     def close(self) -> None: ...
 
 
 ResultCallback = Callable[[int, SynthResult], None]
 # (row index in the call, its result, synthesis seconds attributed to the row)
 RowReport = Callable[[int, SynthResult, float], None]
+PlanReport = Callable[[int, LinePlan, float], None]
 
 
 class CallbackFailed(BaseException):
@@ -121,7 +179,7 @@ class CallbackFailed(BaseException):
         self.error = error
 
 
-def deliver(on_result: ResultCallback | None, k: int, result: SynthResult) -> None:
+def deliver(on_result: Callable[[int, Any], None] | None, k: int, result: Any) -> None:
     """Call an engine's `on_result` for row k, wrapping what it raises in CallbackFailed."""
     if on_result is None:
         return
@@ -138,19 +196,87 @@ def synthesize_rows(
     engine says the row is ready (`reports_rows`), or for every row when the call returns (other
     engines). `seconds`: for a reporting engine, the time since the previous row was ready (or since the
     call began); otherwise the call's time shared equally, since nothing finer is known."""
+    return _rows(synth, synth.synthesize, requests, on_row)
+
+
+def two_phase(synth: Any) -> bool:
+    """Whether `synth` has the plan/render phases itself (see the module docstring)."""
+    return callable(getattr(synth, "plan", None)) and callable(getattr(synth, "render", None))
+
+
+def renders_to_length(synth: Any) -> bool:
+    return two_phase(synth) and bool(getattr(synth, "renders_to_length", True))
+
+
+def plan_rows(synth: Any, requests: Sequence[SynthRequest], on_row: PlanReport) -> list[LinePlan]:
+    """`synth.plan(requests)` reported row by row as `synthesize_rows` does. An engine without the two
+    phases is planned by synthesizing: its audio is the plan, rendered at its natural length only."""
+    if two_phase(synth):
+        return _rows(synth, synth.plan, requests, on_row)
+
+    def as_plan(k: int, res: SynthResult, seconds: float) -> None:
+        on_row(k, audio_plan(res), seconds)
+
+    return [audio_plan(r) for r in _rows(synth, synth.synthesize, requests, as_plan)]
+
+
+def render_rows(synth: Any, items: Sequence[RenderRequest], on_row: RowReport) -> list[SynthResult]:
+    """`synth.render(items)` reported row by row; an engine without the two phases renders a plan made by
+    `plan_rows` (its audio) at its natural length."""
+    if two_phase(synth):
+        return _rows(synth, synth.render, items, on_row)
+    out = []
+    for k, item in enumerate(items):
+        if item.frames is not None:
+            raise ValueError(f"the {synth.name} engine cannot render a line to a length")
+        out.append(audio_result(item.plan))
+        on_row(k, out[-1], 0.0)
+    return out
+
+
+def audio_plan(res: SynthResult) -> LinePlan:
+    """A plan whose payload is the line's natural audio (engines whose plan phase is synthesis itself)."""
+    audio = None if res.audio is None else np.ascontiguousarray(res.audio, dtype=np.float32).reshape(-1)
+    return LinePlan(
+        res.line_id,
+        res.sample_rate,
+        0 if audio is None else len(audio),
+        audio,
+        error=res.error,
+        n_tokens=res.n_tokens,
+        hit_token_limit=res.hit_token_limit,
+    )
+
+
+def audio_result(plan: LinePlan) -> SynthResult:
+    """The natural-length render of an `audio_plan`."""
+    audio = None if plan.payload is None else np.asarray(plan.payload, dtype=np.float32)
+    return SynthResult(
+        plan.line_id,
+        audio,
+        plan.sample_rate,
+        error=plan.error,
+        n_tokens=plan.n_tokens,
+        hit_token_limit=plan.hit_token_limit,
+    )
+
+
+def _rows(
+    synth: Any, call: Callable[..., list[Any]], items: Sequence[Any], on_row: Callable[..., None]
+) -> list[Any]:
     t0 = time.monotonic()
     if not getattr(synth, "reports_rows", False):
-        results = synth.synthesize(requests)
-        share = (time.monotonic() - t0) / max(1, len(requests))
-        for k, res in enumerate(results[: len(requests)]):
+        results = call(items)
+        share = (time.monotonic() - t0) / max(1, len(items))
+        for k, res in enumerate(results[: len(items)]):
             on_row(k, res, share)
         return results
     seen: set[int] = set()
     last = t0
 
-    def cb(k: int, res: SynthResult) -> None:
+    def cb(k: int, res: Any) -> None:
         nonlocal last
-        if k in seen or not 0 <= k < len(requests):
+        if k in seen or not 0 <= k < len(items):
             return  # an engine reporting a row twice (or one that is not there) is not the caller's problem
         seen.add(k)
         now = time.monotonic()
@@ -158,11 +284,11 @@ def synthesize_rows(
         on_row(k, res, seconds)
 
     try:
-        results = synth.synthesize(requests, on_result=cb)  # type: ignore[call-arg]
+        results = call(items, on_result=cb)
     except CallbackFailed as e:
         raise e.error from None
     # a row the engine did not report (it should have) is reported now, with no time of its own
-    for k, res in enumerate(results[: len(requests)]):
+    for k, res in enumerate(results[: len(items)]):
         if k not in seen:
             cb(k, res)
     return results
