@@ -1,5 +1,6 @@
-"""Fit each synthesized line into its subtitle slot: borrow silence, change tempo within caps, then apply the
-overflow policy. Pure arithmetic on times; no audio is touched here (tempo.py does the audio).
+"""Fit each synthesized line into its subtitle slot: borrow silence, render it faster or slower in the model,
+change tempo within caps, then apply the overflow policy. Pure arithmetic on times; no audio is touched here
+(the engine renders, tempo.py does the DSP).
 
 Terms (all in seconds, lines taken in time order of slot start, ties by input order):
 
@@ -52,6 +53,17 @@ The rule, step by step:
 order: truncated > overlap > shifted > sped-up > slowed > borrowed > fit. In shift mode the line that
 overruns keeps its own action (usually "sped-up", with overflow > 0) and the lines it pushes are "shifted".
 
+Model rendering (``fit = "model"``, the default): the solver runs on natural durations before any audio is
+rendered, and splits each line's total factor ``f`` (steps 1-4, with the speed-up cap
+``max_render_speedup * max_speedup`` and, when slow-down is on, the slow-down cap
+``max_render_slowdown * max_slowdown``) into a *render* factor ``r``, ``f`` clamped to
+``[1 / max_render_slowdown, max_render_speedup]``, which the engine realises by rendering the line to a
+target of ``d / r`` seconds, and a DSP *stretch* for what is left, ``f / r``. The target is whole render
+frames (``frame_rate`` per second), rounded down so a line is never longer than planned (up, by one frame,
+where rounding down would pass ``max_render_speedup``): a line inside the render bounds is placed at exactly its target, with ``stretch_factor == 1``. A line that fits has ``r == 1``
+and keeps its natural audio (``frames`` None). ``fit = "stretch"``: every line is rendered at its natural
+length and ``f`` is all DSP tempo, capped by ``max_speedup`` alone (the behaviour before model rendering).
+
 Untimed input (plain text): there are no slots to fit; lay the lines out from their natural durations with
 ``layout_sequential`` (after synthesis) and every line comes out "fit".
 """
@@ -65,6 +77,7 @@ from dataclasses import dataclass
 from fasttts_cli.errors import ExitCode, FastTTSError, UsageError
 
 OVERFLOW_POLICIES = ("shift", "overlap", "truncate", "fail")
+FIT_MODES = ("model", "stretch")
 ACTIONS = ("fit", "borrowed", "sped-up", "slowed", "shifted", "overlap", "truncated")
 
 # Time tolerance: below a microsecond is float noise, not an overrun or a shift.
@@ -91,6 +104,9 @@ class TimingOptions:
     # Additions beyond the shared interface (defaults keep the documented behaviour):
     slow_threshold: float = 0.9  # slow down only lines shorter than this share of their slot
     smooth_gap: float = 2.0  # lines further apart than this are not neighbours for smoothing
+    fit: str = "model"  # model: the engine renders to a target first; stretch: DSP tempo only
+    max_render_speedup: float = 1.25  # the most the model speaks a line faster than its natural pace
+    max_render_slowdown: float = 1.25  # ... and slower (used only when slow-down is on: max_slowdown > 1)
 
     def __post_init__(self) -> None:
         # Values come straight from CLI flags, so the messages name the flags.
@@ -106,10 +122,31 @@ class TimingOptions:
             raise UsageError(
                 f"--overflow must be one of {', '.join(OVERFLOW_POLICIES)} (got {self.overflow!r})"
             )
+        if self.fit not in FIT_MODES:
+            raise UsageError(f"--fit must be one of {', '.join(FIT_MODES)} (got {self.fit!r})")
+        for flag, v in (
+            ("--max-render-speedup", self.max_render_speedup),
+            ("--max-render-slowdown", self.max_render_slowdown),
+        ):
+            if not (math.isfinite(v) and v >= 1.0):
+                raise UsageError(f"{flag} must be a number >= 1.0 (got {v})")
         if not (0.0 <= self.slow_threshold <= 1.0):
             raise UsageError(f"slow_threshold must be within 0..1 (got {self.slow_threshold})")
         if math.isnan(self.smooth_gap) or self.smooth_gap < 0.0:
             raise UsageError(f"smooth_gap must be >= 0 seconds (got {self.smooth_gap})")
+
+    @property
+    def model(self) -> bool:
+        return self.fit == "model"
+
+    @property
+    def speedup_cap(self) -> float:
+        """The largest total factor: render and DSP together."""
+        return self.max_speedup * (self.max_render_speedup if self.model else 1.0)
+
+    @property
+    def slowdown_cap(self) -> float:
+        return self.max_slowdown * (self.max_render_slowdown if self.model else 1.0)
 
 
 @dataclass(frozen=True)
@@ -134,9 +171,23 @@ class LineTiming:
     truncated: bool
     action: str
     note: str = ""  # why something unusual happened (empty slot, no room before the next cue)
+    target: float | None = None  # rendered duration, seconds (natural when not rendered to a length)
+    render_factor: float = 1.0  # natural / target: what the model does
+    stretch_factor: float = 1.0  # DSP tempo on the rendered audio (> 1 = faster)
+    frames: int | None = None  # render target in frames; None: the natural length
+
+    @property
+    def duration(self) -> float:
+        """The placed duration (after any cut)."""
+        return self.end - self.start
 
     def to_json(self) -> dict:
         return {
+            "target": round(self.natural if self.target is None else self.target, 4),
+            "render_factor": round(self.render_factor, 4),
+            "stretch_factor": round(self.stretch_factor, 4),
+            "frames": self.frames,
+            "duration": round(self.duration, 4),
             "index": self.index,
             "slot": [round(self.slot_start, 4), round(self.slot_end, 4)],
             "natural": round(self.natural, 4),
@@ -173,10 +224,48 @@ def _smoothed(target: float, sped: bool) -> float:
     return target if sped else min(target, 1.0)
 
 
+@dataclass(frozen=True)
+class Split:
+    """A total factor as the engine's render and the DSP tempo after it."""
+
+    render_factor: float
+    frames: int | None  # None: the natural length
+    target: float  # rendered duration, seconds
+    stretch_factor: float
+
+    @property
+    def placed(self) -> float:
+        return self.target / self.stretch_factor
+
+
+def split_factor(d: float, f: float, opts: TimingOptions, frame_rate: float | None) -> Split:
+    """Split the total factor `f` of a line of natural duration `d` (see the module docstring)."""
+    if not opts.model or d <= 0.0:
+        return Split(1.0, None, d, f)
+    r = min(max(f, 1.0 / opts.max_render_slowdown), opts.max_render_speedup)
+    if abs(r - 1.0) <= 1e-9:
+        return Split(1.0, None, d, f)
+    target = d / r
+    frames = None
+    if frame_rate is not None:
+        frames = max(1, math.floor(target * frame_rate + 1e-9))
+        if d * frame_rate / frames > opts.max_render_speedup + 1e-9:
+            frames += 1  # a short line: rounding down would push the model past its bound
+        target = frames / frame_rate
+    rendered_all = abs(f - r) <= 1e-9
+    return Split(d / target, frames, target, 1.0 if rendered_all else target * f / d)
+
+
 def solve_timing(
-    items: Sequence[SlotInput], opts: TimingOptions = TimingOptions(), *, media_end: float | None = None
+    items: Sequence[SlotInput],
+    opts: TimingOptions = TimingOptions(),
+    *,
+    media_end: float | None = None,
+    frame_rate: float | None = None,
 ) -> list[LineTiming]:
-    """Plan every line's factor and placement; returns one LineTiming per item, in the input order."""
+    """Plan every line's factor and placement; returns one LineTiming per item, in the input order.
+    `frame_rate`: the engine's render frames per second (sample rate / hop); model targets are whole
+    frames of it."""
     for it in items:
         _check_item(it)
     n = len(items)
@@ -201,11 +290,11 @@ def solve_timing(
     for i in range(n):
         start = max(s[i], prev_end + opts.min_gap) if shift_mode else s[i]
         need = _needed(d[i], start, allowed[i])
-        fi = max(1.0, min(need, opts.max_speedup))
+        fi = max(1.0, min(need, opts.speedup_cap))
         if opts.max_slowdown > 1.0 and need < 1.0 and start <= s[i] + EPS and d[i] > 0.0:
             target = min(e[i], allowed[i]) - s[i]
             if target > EPS and d[i] < opts.slow_threshold * target:
-                fi = max(1.0 / opts.max_slowdown, d[i] / target)
+                fi = max(1.0 / opts.slowdown_cap, d[i] / target)
         sped[i] = fi > 1.0
         if i > 0 and linked[i - 1]:
             fi = max(fi, _smoothed(f[i - 1] - step, sped[i]))
@@ -225,7 +314,8 @@ def solve_timing(
     for i in range(n):
         it = lines[i]
         start = max(s[i], prev_end + opts.min_gap) if shift_mode else s[i]
-        end = start + d[i] / f[i]
+        sp = split_factor(d[i], f[i], opts, frame_rate)
+        end = start + sp.placed
         over = max(0.0, end - allowed[i])
         over = over if over > EPS else 0.0
         truncated = False
@@ -265,7 +355,7 @@ def solve_timing(
             slot_start=it.start,
             slot_end=it.end,
             natural=d[i],
-            factor=f[i],
+            factor=d[i] / sp.placed if sp.placed > 0.0 else f[i],
             start=start,
             end=end,
             shift=shift,
@@ -273,15 +363,20 @@ def solve_timing(
             truncated=truncated,
             action=action,
             note="; ".join(notes),
+            target=sp.target,
+            render_factor=sp.render_factor,
+            stretch_factor=sp.stretch_factor,
+            frames=sp.frames,
         )
         prev_end = end
 
     if failures:
         raise TimingError(
-            f"{len(failures)} line(s) do not fit even at the {opts.max_speedup:g}x speed-up cap "
+            f"{len(failures)} line(s) do not fit even at the {opts.speedup_cap:g}x speed-up cap "
             f"(--overflow fail): " + "; ".join(failures),
             lines=failed_idx,
-            hint="raise --max-speedup, shorten the text, or use --overflow shift|overlap|truncate",
+            hint="raise --max-speedup (or --max-render-speedup), shorten the text, or use --overflow "
+            "shift|overlap|truncate",
         )
     return [t for t in out if t is not None]
 
@@ -305,6 +400,10 @@ def summarize(timings: Sequence[LineTiming]) -> dict:
         "max_overflow": round(max(overs), 4),
         "truncated": sum(1 for t in timings if t.truncated),
         "end": round(max((t.end for t in timings), default=0.0), 4),
+        "rendered_to_fit": sum(1 for t in timings if t.frames is not None),
+        "stretched": sum(1 for t in timings if abs(t.stretch_factor - 1.0) > 1e-9),
+        "max_stretch": round(max((t.stretch_factor for t in timings), default=1.0), 4),
+        "max_render_factor": round(max((t.render_factor for t in timings), default=1.0), 4),
     }
 
 
