@@ -81,8 +81,9 @@ def error_line(err: str) -> str:
     return lines[0]
 
 
-def cache_state(work: Path) -> dict[str, str]:
-    cache = LineCache(work / "lines")
+def cache_state(work: Path, layer: str = "plans") -> dict[str, str]:
+    """Each entry's status in one cache layer (plans/: what synthesis made; lines/: the renders)."""
+    cache = LineCache(work / layer)
     keys = cache.keys()  # a list, not a dict's view
     return {k: cache.verify(k).status for k in keys}
 
@@ -114,7 +115,7 @@ def test_cache_write_on_a_full_disk_keeps_the_finished_lines(capsys, monkeypatch
     )
     assert code == 1
     line = error_line(err)
-    assert line.startswith(f"fasttts: error: cannot write {work / 'lines'}/")
+    assert line.startswith(f"fasttts: error: cannot write {work / 'plans'}/")
     assert line.endswith(": No space left on device") and str(folder / "ep.tsv") not in line, err
     assert "the lines finished so far stay cached in" in err
     states = cache_state(work)

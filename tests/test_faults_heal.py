@@ -25,10 +25,12 @@ def job(tmp_path: Path) -> DubOptions:
     return make_job(tmp_path)
 
 
-def _entry_of(res, index: int) -> tuple[Path, Path]:
+def _entry_of(res, index: int, layer: str = "plans") -> tuple[Path, Path]:
+    """A line's entry in the plan cache (under its key) or the render cache (under its render key)."""
     report = json.loads(Path(res.report_path).read_text())
-    key = next(ln["key"] for ln in report["lines"] if ln["index"] == index)
-    return LineCache(res.work_dir / "lines")._paths(key)
+    field = "key" if layer == "plans" else "render_key"
+    key = next(ln[field] for ln in report["lines"] if ln["index"] == index)
+    return LineCache(res.work_dir / layer)._paths(key)
 
 
 def _texts(fake: FakeSynth) -> list[str]:
@@ -89,9 +91,27 @@ def test_rerun_after_corruption_resynthesizes_exactly_that_line(job, tmp_path, d
     evs = [json.loads(x) for x in events.read_text().splitlines()]
     assert any(e["event"] == "warning" and e["message"] == warn[0] for e in evs)
     # The entry is whole again: a third run synthesizes nothing and warns about nothing.
-    assert LineCache(res.work_dir / "lines").verify(report["lines"][1]["key"]).ok
+    assert LineCache(res.work_dir / "plans").verify(report["lines"][1]["key"]).ok
     third = run_dub(job, synthesizer=(fake3 := FakeSynth()))
     assert fake3.calls == [] and not [w for w in third.warnings if "damaged" in w]
+
+
+@pytest.mark.parametrize(
+    "damage,reason",
+    [(_truncate, "truncated"), (_garbage_meta, "meta file is unreadable"), (_checksum_mismatch, "checksum")],
+)
+def test_a_damaged_render_is_rendered_again_from_its_plan(job, damage, reason):
+    first = run_dub(job, synthesizer=FakeSynth())
+    damage(*_entry_of(first, 2, "lines"))
+    fake = FakeSynth()
+    res = run_dub(job, synthesizer=fake)
+    assert res.ok and fake.calls == []  # the plan is intact: nothing is synthesized again
+    assert res.lines["synthesized"] == 0 and res.lines["rendered"] == 1
+    warn = [w for w in res.warnings if "damaged" in w]
+    assert len(warn) == 1 and "line 2" in warn[0] and reason in warn[0] and "rendered again" in warn[0]
+    report = json.loads(Path(res.report_path).read_text())
+    assert [ln["rendered"] for ln in report["lines"]] == [False, True, False]
+    assert LineCache(res.work_dir / "lines").verify(report["lines"][1]["render_key"]).ok
 
 
 def test_cli_rerun_after_corruption_exits_0_with_a_json_warning(job, monkeypatch, capsys):
@@ -128,7 +148,8 @@ def test_entry_removed_during_the_run_is_a_clear_error_naming_the_work_dir(job, 
     monkeypatch.setattr(assembly, "_render_timeline", real)
     fake = FakeSynth()
     res = run_dub(job, synthesizer=fake)  # the next run heals it
-    assert res.ok and sorted(_texts(fake)) == sorted(["First line here.", LINE2, "Third one."])
+    # Every plan is intact, so the next run renders the three lines again and synthesizes nothing.
+    assert res.ok and fake.calls == [] and res.lines["rendered"] == 3
 
 
 def test_verifying_a_feature_length_cache_is_cheap(tmp_path):

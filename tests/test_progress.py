@@ -135,12 +135,13 @@ def test_stage_progress_reaches_total_for_every_assembly_stage(job, tmp_path, mo
     by: dict[str, list[dict]] = {}
     for e in sp:
         by.setdefault(e["stage"], []).append(e)
-    assert set(by) == {"tempo", "mix", "loudness", "write"}
+    assert set(by) == {"render", "tempo", "mix", "loudness", "write"}
     for stage, evs in by.items():
         assert evs[-1]["done"] == evs[-1]["total"] > 0, stage
         assert {e["unit"] for e in evs} == {
-            "lines" if stage == "tempo" else "blocks" if stage == "mix" else "seconds"
+            "lines" if stage in ("render", "tempo") else "blocks" if stage == "mix" else "seconds"
         }
+    assert [e["done"] for e in by["render"]] == [0, 1, 2, 3]
     assert [e["done"] for e in by["tempo"]] == [1, 2, 3]
     assert len(by["mix"]) == by["mix"][-1]["total"] > 10
     passes = {e["pass"] for e in by["loudness"]}
@@ -189,7 +190,7 @@ def test_synth_reports_its_stages_and_its_line(tmp_path):
     rep.close()
     evs = _events(events)
     starts = [e["name"] for e in evs if e["event"] == "stage" and e["status"] == "start"]
-    assert starts == ["load", "voices", "synthesize", "write"]
+    assert starts == ["load", "voices", "synthesize", "render", "write"]
     (done,) = [e for e in evs if e["event"] == "line_done"]
     assert done["line"] == 1 and done["duration"] > 0 and done["error"] is None
 

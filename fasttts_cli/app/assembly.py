@@ -15,14 +15,12 @@ from fasttts_cli import __version__
 from fasttts_cli.app.engine_load import engine_info
 from fasttts_cli.app.job import (
     SR,
-    UNTIMED_PAUSE,
     VIDEO_EXTS,
     DubOptions,
     DubResult,
     JobInputs,
     LineState,
     OutputPaths,
-    timing_options,
 )
 from fasttts_cli.app.progress import PassProgress, Reporter, counted
 from fasttts_cli.audio.blockio import BLOCK
@@ -46,37 +44,24 @@ def assemble(
     selection: EngineSelection,
     synth: Synthesizer,
     todo: list[int],
+    timings: dict[int, Any],
 ) -> DubResult:
     """Timeline, mix, loudness and output with memory bounded by the block size, whatever the length.
 
-    Each line's audio is read from the cache when it is placed; the timeline and the mix live in
+    `timings`: each line's `timing.LineTiming` (rendering.fit_lines). Each line's rendered audio is read
+    from the cache when it is placed; the timeline and the mix live in
     disk-backed arrays in the work dir (temporary names, removed at the end); the original or background
     is decoded block by block; loudness is measured, normalized and written to dub.wav in passes of
     `ASSEMBLY_BLOCK` frames. A short programme is one block, so it takes the same path."""
     from fasttts_cli.audio.blockio import AudioFileWriter, DiskArray, export_audio
     from fasttts_cli.audio.loudness import normalize_stream
-    from fasttts_cli.dubbing.timing import SlotInput, layout_sequential, retime_cues, solve_timing
+    from fasttts_cli.dubbing.timing import retime_cues
 
     block = ASSEMBLY_BLOCK
     cache = LineCache(paths.work_dir / "lines")
-    with rep.stage("audio"):
-        # Lengths only: soxr's output is round(n * SR / rate) samples, and leveling keeps the length.
-        lengths = {
-            i: (st.n_samples if st.sample_rate == SR else round(st.n_samples * SR / st.sample_rate))
-            for i, st in states.items()
-            if st.n_samples is not None
-        }
-
-    with rep.stage("timing"):
-        topts = timing_options(o)
-        order = [ln.index for ln in plan.lines if ln.index in lengths]
-        durations = {i: lengths[i] / SR for i in order}
-        if job.untimed:
-            slots = layout_sequential([(i, durations[i]) for i in order], pause=UNTIMED_PAUSE)
-        else:
-            slots = [SlotInput(i, states[i].line.start, states[i].line.end, durations[i]) for i in order]
-        media_end = job.media.duration if job.media is not None and job.media.duration > 0 else None
-        timings = {t.index: t for t in solve_timing(slots, topts, media_end=media_end)}
+    # Lines that failed to render have no place on the timeline (the failure policy said what to do).
+    timings = {i: t for i, t in timings.items() if states[i].error is None}
+    media_end = job.media.duration if job.media is not None and job.media.duration > 0 else None
 
     # Scratch arrays (timeline, mix) and open decoders are released when this block ends, error or not.
     with contextlib.ExitStack() as scratch:
@@ -195,29 +180,37 @@ def _placed_lines(
 
     for i, t in timings.items():
         st = states[i]
-        hit = cache.get(st.key)
+        hit = cache.get(st.render_key)
         if hit is None:
             # Verified (or written) earlier in this run, under the work dir's lock: only something outside
             # fasttts can have removed or changed it since. The next run re-synthesizes it.
-            check = cache.verify(st.key)
+            check = cache.verify(st.render_key)
             if check.status == "damaged":
-                cache.discard(st.key)
+                cache.discard(st.render_key)
             why = "it is gone" if check.status == "missing" else check.reason
             raise FastTTSError(
-                f"line {i}: its cached audio ({st.key[:12]}) was removed or changed in {cache.root.parent} "
-                f"during this run ({why}); is another program writing to that folder?",
+                f"line {i}: its cached audio ({st.render_key[:12]}) was removed or changed in "
+                f"{cache.root.parent} during this run ({why}); is another program writing to that folder?",
                 hint="run the same command again: the line is re-synthesized",
             )
         x = resample(hit.audio, hit.sample_rate, SR) if hit.sample_rate != SR else hit.audio
         y = np.asarray(x, dtype=np.float32)
-        if abs(t.factor - 1.0) > 1e-6:
-            y = change_tempo(y, SR, t.factor)
+        if abs(t.stretch_factor - 1.0) > 1e-6:
+            y = change_tempo(y, SR, t.stretch_factor)
+        elif t.frames is not None:
+            # Rendered to its target: exact at the engine's rate, so only the resampler's rounding is cut
+            # or padded (at most a sample or two), and the line lands on its target to the sample.
+            y = _exact(y, round(t.target * SR))
         # Levelled after the tempo change: the stretchers lower a line's loudness by 1-2.5 LU at x1.03-1.25,
         # so a line levelled first would come out quieter than its neighbours at x1.0.
         y = level_line(y, SR, target_lufs=o.loudness)
         if t.truncated:
             y = trim_to(y, SR, t.end - t.start)
         yield t.start, y
+
+
+def _exact(y: np.ndarray, n: int) -> np.ndarray:
+    return y[:n] if len(y) >= n else np.pad(y, (0, n - len(y)))
 
 
 def _render_timeline(target: Any, placed: Iterable[tuple[float, np.ndarray]], duration: float) -> int:
@@ -325,6 +318,11 @@ def _report(
             entry["slot"] = tj["slot"]
             for k in (
                 "natural",
+                "target",
+                "render_factor",
+                "stretch_factor",
+                "frames",
+                "duration",
                 "factor",
                 "start",
                 "end",
@@ -337,9 +335,13 @@ def _report(
                 entry[k] = tj[k]
         else:
             entry.update(natural=None, factor=None, start=None, end=None, shift=None, overflow=None)
+            entry.update(target=None, render_factor=None, stretch_factor=None, frames=None, duration=None)
             entry.update(truncated=False, note="")
             entry["action"] = "silence" if o.on_line_failure == "silence" else "skipped"
         entry.update(
+            residual=round(st.residual, 4),
+            rendered=st.rendered,
+            render_key=st.render_key or None,
             cached=st.cached,
             retries=st.retries,
             seed=st.seed,
@@ -353,6 +355,7 @@ def _report(
         "total": len(states),
         "synthesized": sum(1 for i in todo if states[i].error is None),
         "cached": sum(1 for st in states.values() if st.cached),
+        "rendered": sum(1 for st in states.values() if st.rendered),
         "failed": sum(1 for st in states.values() if st.error is not None),
         "retries": sum(st.retries for i, st in states.items() if i in todo),
         "no_speech": list(plan.skipped),
@@ -364,6 +367,13 @@ def _report(
         "overflowing": tsum["overflowing"],
         "truncated": tsum["truncated"],
         "actions": {k: v for k, v in tsum["actions"].items() if v},
+        "fit": o.fit,
+        "rendered_to_fit": tsum["rendered_to_fit"],
+        "stretched": tsum["stretched"],
+        "max_stretch": tsum["max_stretch"],
+        "max_residual": round(
+            max((st.residual for st in states.values()), key=lambda r: abs(r - 1.0), default=1.0), 4
+        ),
         "loudness_lufs": round(float(norm.output_lufs), 2),
         "true_peak_dbtp": round(float(norm.output_true_peak), 2),
         "synthesis_rtf": None if rep.synthesis_rtf is None else round(rep.synthesis_rtf, 4),

@@ -55,8 +55,11 @@ class DubOptions:
     dry_run: bool = False
     on_line_failure: str = "fail"
     max_retries: int = 2
-    max_speedup: float = 1.25
+    max_speedup: float = 1.25  # DSP tempo cap (after the model's own render)
     max_slowdown: float = 1.0
+    fit: str = "model"  # model: the engine renders each line to its target; stretch: DSP tempo only
+    max_render_speedup: float = 1.25
+    max_render_slowdown: float = 1.25
     min_gap: float = 0.08
     max_factor_step: float = 0.1
     overflow: str = "shift"
@@ -192,6 +195,9 @@ def timing_options(o: DubOptions, overflow: str | None = None) -> Any:
         min_gap=o.min_gap,
         max_factor_step=o.max_factor_step,
         overflow=overflow or o.overflow,
+        fit=o.fit,
+        max_render_speedup=o.max_render_speedup,
+        max_render_slowdown=o.max_render_slowdown,
     )
 
 
@@ -260,14 +266,24 @@ class LineState:
     voice: Voice | None = None
     seed: int = 0
     key: str = ""
-    cached: bool = False
+    cached: bool = False  # the plan came from the cache (the GPT did not run for it)
     # The audio itself stays in the line cache (read back when the line is placed): holding every line of a
     # feature in memory is what long inputs cannot afford.
-    n_samples: int | None = None  # at the engine rate; None: no audio (failed line)
+    n_samples: int | None = None  # rendered, at the engine rate; None: no audio (failed line)
     sample_rate: int = 0
     retries: int = 0
     error: str | None = None
     n_tokens: int | None = None
+    # The plan phase (plans/ under `key`): the natural length, and the seed of the attempt that was kept
+    # (a render draws its noise from the same seed as its plan).
+    natural_samples: int | None = None
+    plan_seed: int = 0
+    # The render phase (lines/ under `render_key`): the target in frames (None: natural) and the draft
+    # voice's residual correction.
+    frames: int | None = None
+    render_key: str = ""
+    rendered: bool = False  # rendered in this run (False: the render cache had it)
+    residual: float = 1.0
 
 
 @dataclass

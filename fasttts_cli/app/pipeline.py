@@ -1,8 +1,9 @@
 """The dub job, as functions over dataclasses: script + voices (+ video) in, dubbed media + report out.
 
-Stages (each timed in the result): read -> plan -> voices -> synthesize (cache misses only, batch by
-batch, runaway guard, failure policy) -> audio (resample once to 48 kHz) -> timing -> tempo (then level
-each line) + timeline -> mix -> loudness -> subtitles -> write/mux -> report.
+Stages (each timed in the result): read -> plan -> voices -> synthesize (the plan phase: plan-cache misses
+only, batch by batch, runaway guard, failure policy) -> timing (on natural lengths: each line's target) ->
+render (render-cache misses only, each line to its target) -> tempo (DSP only for what rendering left,
+then level each line) + timeline -> mix -> loudness -> subtitles -> write/mux -> report.
 
 This module reads the inputs and runs the stages in order under the work folder's lock; the stages live
 in synthesis.py and assembly.py, the job's data (options, paths, guard, validation) in job.py, engine
@@ -33,6 +34,7 @@ from fasttts_cli.app.job import (
     validate_options,
 )
 from fasttts_cli.app.progress import QUIET, Reporter
+from fasttts_cli.app.rendering import fit_lines, render_all
 from fasttts_cli.app.synthesis import synthesis_batches, synthesize_all
 from fasttts_cli.dubbing.cache import atomic_write_json
 from fasttts_cli.errors import InputError, UsageError
@@ -181,7 +183,10 @@ def _run_in_work_dir(
         if engine_random_weights(selection, synth):
             rep.warn(random_weights_warning(selection))
         states, todo = synthesize_all(o, rep, job, plan, counter, paths, synth)
-        return assemble(o, rep, job, plan, states, paths, selection, synth, todo)
+        with rep.stage("timing"):
+            timings = fit_lines(o, rep, job, plan, states, synth)
+        render_all(o, rep, job, states, timings, synth, paths)
+        return assemble(o, rep, job, plan, states, paths, selection, synth, todo, timings)
     finally:
         if synthesizer is None:
             synth.close()

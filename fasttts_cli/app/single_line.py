@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,11 +19,20 @@ from fasttts_cli.app.engine_load import (
 from fasttts_cli.app.inspection import forecast_duration
 from fasttts_cli.app.job import AUDIO_EXTS, SYNTH_FAILURE_POLICIES, DubOptions, LineState, check_writable
 from fasttts_cli.app.progress import QUIET, Reporter
-from fasttts_cli.app.synthesis import synth_with_guard
+from fasttts_cli.app.synthesis import seed_of, synth_with_guard
 from fasttts_cli.dubbing.cache import line_seed
 from fasttts_cli.errors import SynthesisError, UsageError
 from fasttts_cli.synth.engine_select import EngineSelection, select_engine
-from fasttts_cli.synth.synthesizer import EmotionSpec, Synthesizer, SynthResult
+from fasttts_cli.synth.synthesizer import (
+    EmotionSpec,
+    LinePlan,
+    RenderRequest,
+    Synthesizer,
+    SynthRequest,
+    SynthResult,
+    render_rows,
+    renders_to_length,
+)
 
 
 @dataclass
@@ -36,6 +46,9 @@ class SynthOptions:
     max_retries: int = 2
     emotion: EmotionSpec | None = None
     on_line_failure: str = "fail"  # fail | silence (skip would leave nothing to write)
+    duration: float | None = None  # --duration: render to this length (seconds); None: natural
+    max_render_speedup: float = 1.25
+    max_render_slowdown: float = 1.25
 
 
 def synth_one(
@@ -57,6 +70,14 @@ def synth_one(
         )
     if so.max_retries < 0:
         raise UsageError(f"--max-retries must be >= 0 (got {so.max_retries})")
+    if so.duration is not None and not (math.isfinite(so.duration) and so.duration > 0):
+        raise UsageError(f"--duration must be a positive number of seconds (got {so.duration})")
+    for flag, v in (
+        ("--max-render-speedup", so.max_render_speedup),
+        ("--max-render-slowdown", so.max_render_slowdown),
+    ):
+        if not (math.isfinite(v) and v >= 1.0):
+            raise UsageError(f"{flag} must be a number >= 1.0 (got {v})")
     if so.output.suffix.lower() not in AUDIO_EXTS:
         raise UsageError(f"-o/--output {so.output}: the extension must be one of {', '.join(AUDIO_EXTS)}")
     check_writable(so.output.parent if str(so.output.parent) else Path("."), "-o/--output")
@@ -79,12 +100,8 @@ def synth_one(
         st = LineState(_SynthLine(1, text), voice, seed)
         t0 = time.monotonic()
 
-        def final(i: int, res: SynthResult | None, retries: int, problem: str | None, secs: float) -> None:
-            dur = (
-                len(res.audio) / res.sample_rate
-                if problem is None and res and res.audio is not None
-                else None
-            )
+        def final(i: int, res: LinePlan | None, retries: int, problem: str | None, secs: float) -> None:
+            dur = res.natural if problem is None and res is not None and res.ok else None
             rep.line_done(
                 i, cached=False, duration=dur, rtf=secs / dur if dur else None, retries=retries, error=problem
             )
@@ -93,7 +110,13 @@ def synth_one(
             res, retries, problem = synth_with_guard(
                 DubOptions(script=Path("-"), max_retries=so.max_retries), synth, {1: st}, [1], on_final=final
             )[1]
-        failed = problem is not None or res is None or res.audio is None
+        natural = None
+        if problem is None and res is not None and res.ok:
+            natural = res.natural
+            with rep.stage("render"):
+                out = _render(so, synth, st, res, seed_of(seed, retries))
+            problem = out.error if not out.ok else None
+        failed = problem is not None or natural is None
         if failed:
             msg = f"synthesis failed after {retries} retries: {problem or 'no audio'}"
             if so.on_line_failure == "fail":
@@ -103,8 +126,8 @@ def synth_one(
             sr = int(synth.sample_rate)
             audio = np.zeros(round(forecast_duration(text) * sr), np.float32)
         else:
-            assert res is not None and res.audio is not None
-            audio, sr = res.audio, res.sample_rate
+            assert out.audio is not None
+            audio, sr = out.audio, out.sample_rate
         dt = time.monotonic() - t0
         with rep.stage("write"):
             write_audio(so.output, audio, sr)
@@ -114,6 +137,8 @@ def synth_one(
             "command": "synth",
             "outputs": {"audio": str(so.output)},
             "duration": round(dur, 3),
+            "natural": None if natural is None else round(natural, 3),
+            "samples": len(audio),
             "sample_rate": sr,
             "seed": seed,
             "retries": retries,
@@ -127,6 +152,30 @@ def synth_one(
     finally:
         if synthesizer is None:
             synth.close()
+
+
+def _render(so: SynthOptions, synth: Synthesizer, st: LineState, plan: LinePlan, seed: int) -> SynthResult:
+    """The plan rendered at its natural length, or at --duration (whole frames of the engine's hop)."""
+    frames = None
+    if so.duration is not None:
+        lo, hi = plan.natural / so.max_render_speedup, plan.natural * so.max_render_slowdown
+        if not lo - 1e-9 <= so.duration <= hi + 1e-9:
+            raise UsageError(
+                f"--duration {so.duration:g}: outside the render bounds of this line, whose natural duration "
+                f"is {plan.natural:.3f} s: {lo:.3f}-{hi:.3f} s (--max-render-speedup "
+                f"{so.max_render_speedup:g}, --max-render-slowdown {so.max_render_slowdown:g})",
+                hint="give a duration within the bounds, or widen them",
+            )
+        if not renders_to_length(synth):
+            raise UsageError(
+                f"--duration: the {synth.name} engine cannot render a line to a length",
+                hint="rebuild the engine with `fasttts build` (an engine built before this release lacks it)",
+            )
+        frames = max(1, round(so.duration * plan.sample_rate / int(synth.hop)))  # type: ignore[attr-defined]
+    assert st.voice is not None
+    req = SynthRequest(line_id="1", text=st.line.text, voice=st.voice, seed=seed)
+    (out,) = render_rows(synth, [RenderRequest(req, plan, frames)], lambda k, r, s: None)
+    return out
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,7 @@
-"""The synthesis stage of the dub job: prepare voices, verify the cache, synthesize the misses batch by
-batch with the runaway guard and the failure policy; each line is cached the moment it is final."""
+"""The plan phase of the dub job: prepare voices, verify the plan cache, plan the misses (IndexTTS-2: run
+the GPT; the draft voice: speak the line at its natural pace) batch by batch with the runaway guard and the
+failure policy; each plan is cached (`plans/`) the moment it is final. The natural lengths then go to the
+timing solver, and rendering.py renders each line to its target."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from fasttts_cli.app.job import GUARD, DubOptions, JobInputs, LineState, OutputP
 from fasttts_cli.app.progress import Reporter
 from fasttts_cli.dubbing.cache import LineCache, check_hits, line_key, line_seed, normalize_text, retry_seed
 from fasttts_cli.errors import FastTTSError, SynthesisError
-from fasttts_cli.synth.synthesizer import Synthesizer, SynthRequest, SynthResult, Voice, synthesize_rows
+from fasttts_cli.synth.synthesizer import LinePlan, Synthesizer, SynthRequest, Voice, plan_rows
 
 
 def _voice_warnings(path: Path, rep: Reporter) -> None:
@@ -53,9 +55,9 @@ def synthesize_all(
     paths: OutputPaths,
     synth: Synthesizer,
 ) -> tuple[dict[int, LineState], list[int]]:
-    """Prepare voices, find cache misses, synthesize them batch by batch; every line ends with audio
+    """Prepare voices, find plan-cache misses, plan them batch by batch; every line ends with a plan
     (from the cache or fresh) or an error allowed by the failure policy."""
-    cache = LineCache(paths.work_dir / "lines")
+    cache = LineCache(paths.work_dir / "plans")
     identity = synth.identity()
     params: dict[str, Any] = {"options": {}}  # per-line synthesis options (none yet): part of the key
 
@@ -81,7 +83,7 @@ def synthesize_all(
     for i, why in damaged.items():
         st = states[i]
         rep.warn(
-            f"{st.line.source}: line {i}: its cached audio ({st.key[:12]} in {cache.root}) is damaged: "
+            f"{st.line.source}: line {i}: its cached plan ({st.key[:12]} in {cache.root}) is damaged: "
             f"{why}; removed, it will be re-synthesized"
         )
     todo = [i for i in states if i not in hits]
@@ -111,10 +113,28 @@ def synthesize_all(
 
     for i, meta in hits.items():  # the verified metas: nothing is re-read
         st = states[i]
-        st.n_samples, st.sample_rate = int(meta["n_samples"]), int(meta["sample_rate"])
+        st.natural_samples, st.sample_rate = int(meta["natural_samples"]), int(meta["sample_rate"])
         st.retries, st.n_tokens = int(meta.get("retries", 0)), meta.get("n_tokens")
+        st.plan_seed = int(meta.get("plan_seed", st.seed))
         st.cached = True
     return states, todo
+
+
+def plan_meta(st: LineState, identity: str, plan: LinePlan, retries: int, seed: int) -> dict[str, Any]:
+    """What a plan entry records besides its payload (the verification fields are the cache's own)."""
+    return {
+        "line": st.line.index,
+        "text": normalize_text(st.line.text),
+        "voice": st.voice.key if st.voice else None,
+        "identity": identity,
+        "seed": st.seed,
+        "plan_seed": seed,
+        "retries": retries,
+        "natural_samples": int(plan.natural_samples),
+        "info": plan.info,
+        "n_tokens": plan.n_tokens,
+        "hit_token_limit": plan.hit_token_limit,
+    }
 
 
 def _synthesize(
@@ -133,31 +153,27 @@ def _synthesize(
             t0 = time.monotonic()
             audio_s = 0.0
 
-            def final(
-                i: int, res: SynthResult | None, retries: int, problem: str | None, secs: float
-            ) -> None:
+            def final(i: int, res: LinePlan | None, retries: int, problem: str | None, secs: float) -> None:
                 # Cached and reported the moment the line is final, while its batch-mates are still being
-                # synthesized: a bar that moves, and an interrupt that keeps every finished line.
+                # planned: a bar that moves, and an interrupt that keeps every finished line.
                 nonlocal audio_s
                 st = states[i]
                 st.retries = retries
-                if problem is None and res is not None and res.audio is not None:
-                    meta = {
-                        "line": i,
-                        "text": normalize_text(st.line.text),
-                        "voice": st.voice.key if st.voice else None,
-                        "identity": identity,
-                        "seed": st.seed,
-                        "retries": retries,
-                        "n_tokens": res.n_tokens,
-                        "hit_token_limit": res.hit_token_limit,
-                    }
-                    hit = cache.put(st.key, res.audio, res.sample_rate, meta)
-                    st.n_samples, st.sample_rate, st.n_tokens = len(hit.audio), hit.sample_rate, res.n_tokens
-                    audio_s += hit.duration
+                if problem is None and res is not None and res.payload is not None:
+                    seed = seed_of(st.seed, retries)
+                    cache.put(
+                        st.key, res.payload, res.sample_rate, plan_meta(st, identity, res, retries, seed)
+                    )
+                    st.natural_samples, st.sample_rate, st.n_tokens = (
+                        res.natural_samples,
+                        res.sample_rate,
+                        res.n_tokens,
+                    )
+                    st.plan_seed = seed
+                    audio_s += res.natural
                 else:
                     st.error = problem or "no audio"
-                dur = None if st.n_samples is None else st.n_samples / st.sample_rate
+                dur = None if st.natural_samples is None else st.natural_samples / st.sample_rate
                 rtf = (secs / dur) if dur else None
                 rep.line_done(i, cached=False, duration=dur, rtf=rtf, retries=st.retries, error=st.error)
 
@@ -177,8 +193,13 @@ def _synthesize(
         rep.end_synthesis()
 
 
-# (line, result, retries, problem, synthesis seconds over its attempts): a line's outcome once it is final
-FinalLine = Callable[[int, SynthResult | None, int, str | None, float], None]
+# (line, plan, retries, problem, synthesis seconds over its attempts): a line's outcome once it is final
+FinalLine = Callable[[int, LinePlan | None, int, str | None, float], None]
+
+
+def seed_of(seed: int, attempt: int) -> int:
+    """The seed of a line's attempt n (0: its own)."""
+    return seed if attempt == 0 else retry_seed(seed, attempt)
 
 
 def synth_with_guard(
@@ -187,14 +208,14 @@ def synth_with_guard(
     states: dict[int, LineState],
     ids: list[int],
     on_final: FinalLine | None = None,
-) -> dict[int, tuple[SynthResult | None, int, str | None]]:
-    """Synthesize `ids`; lines that fail or look like runaways are retried with new seeds, up to
-    --max-retries times, batched together. Returns (result, retries, problem) per line, and hands each
-    line to `on_final` as soon as its outcome is final (as the engine reports rows: see
-    `synthesizer.synthesize_rows`). A random-weight engine speaks noise of no particular length: only its
+) -> dict[int, tuple[LinePlan | None, int, str | None]]:
+    """Plan `ids`; lines that fail or look like runaways (by their natural length) are retried with new
+    seeds, up to --max-retries times, batched together. Returns (plan, retries, problem) per line, and
+    hands each line to `on_final` as soon as its outcome is final (as the engine reports rows: see
+    `synthesizer.plan_rows`). A random-weight engine speaks noise of no particular length: only its
     failures count, not the runaway guard."""
     guard = None if getattr(synth, "random_weights", False) else GUARD
-    out: dict[int, tuple[SynthResult | None, int, str | None]] = {}
+    out: dict[int, tuple[LinePlan | None, int, str | None]] = {}
     spent: dict[int, float] = dict.fromkeys(ids, 0.0)
 
     def attempt(pending: list[int], n: int) -> list[int]:
@@ -202,21 +223,21 @@ def synth_with_guard(
         reqs = []
         for i in pending:
             st = states[i]
-            seed = st.seed if n == 0 else retry_seed(st.seed, n)
+            seed = seed_of(st.seed, n)
             assert st.voice is not None
             reqs.append(SynthRequest(line_id=str(i), text=st.line.text, voice=st.voice, seed=seed))
         again: list[int] = []
 
-        def row(k: int, res: SynthResult, seconds: float) -> None:
+        def row(k: int, res: LinePlan, seconds: float) -> None:
             i = pending[k]
             spent[i] += seconds
             if not res.ok:
                 problem: str | None = res.error or "no audio"
             else:
-                assert res.audio is not None
-                dur = len(res.audio) / res.sample_rate
                 problem = (
-                    None if guard is None else guard.check(states[i].line.text, dur, res.hit_token_limit)
+                    None
+                    if guard is None
+                    else guard.check(states[i].line.text, res.natural, res.hit_token_limit)
                 )
             out[i] = (res, n, problem)
             if problem is not None and n < o.max_retries:
@@ -224,7 +245,7 @@ def synth_with_guard(
             elif on_final is not None:
                 on_final(i, res, n, problem, spent[i])
 
-        results = synthesize_rows(synth, reqs, row)
+        results = plan_rows(synth, reqs, row)
         if len(results) != len(reqs):
             raise FastTTSError(f"{synth.name} engine returned {len(results)} results for {len(reqs)} lines")
         return sorted(again, key=pending.index)

@@ -26,7 +26,10 @@ from fasttts_cli.cli.shared import (
     EmotionAudioOpt,
     EmotionVectorOpt,
     EngineOpt,
+    FitOpt,
     Job,
+    MaxRenderSlowdownOpt,
+    MaxRenderSpeedupOpt,
     MinGapOpt,
     PresetOpt,
     ScriptFlags,
@@ -88,11 +91,14 @@ def dub(
     on_line_failure: Annotated[str, typer.Option("--on-line-failure", help="fail | silence | skip")] = "fail",
     max_retries: MaxRetriesOpt = 2,
     max_speedup: Annotated[
-        float, typer.Option("--max-speedup", help="Tempo cap (1.25 = 25% faster).")
+        float, typer.Option("--max-speedup", help="DSP tempo cap after rendering (1.25 = 25% faster).")
     ] = 1.25,
     max_slowdown: Annotated[
-        float, typer.Option("--max-slowdown", help="Slow-down cap (1.0 = never slow down).")
+        float, typer.Option("--max-slowdown", help="DSP slow-down cap (1.0 = never slow down).")
     ] = 1.0,
+    fit: FitOpt = "model",
+    max_render_speedup: MaxRenderSpeedupOpt = 1.25,
+    max_render_slowdown: MaxRenderSlowdownOpt = 1.25,
     min_gap: MinGapOpt = 0.08,
     max_factor_step: Annotated[
         float, typer.Option("--max-factor-step", help="Max tempo difference of neighbours.")
@@ -141,8 +147,8 @@ def dub(
         print(f"subtitles {r['outputs']['subtitles']}; report {r['report']}")
         print(
             f"{s['total']} lines: {s['synthesized']} synthesized, {s['cached']} cached, "
-            f"{s['failed']} failed, {s['retries']} retries; {s['sped_up']} sped up "
-            f"(max {s['max_factor']}x), {s['shifted']} shifted; "
+            f"{s['failed']} failed, {s['retries']} retries; {s['rendered_to_fit']} rendered to fit, "
+            f"{s['stretched']} tempo-stretched (max {s['max_stretch']}x), {s['shifted']} shifted; "
             f"{s['loudness_lufs']} LUFS, {s['true_peak_dbtp']} dBTP"
         )
 
@@ -164,6 +170,12 @@ def synth(
         str, typer.Option("--on-line-failure", help="fail | silence (write silence of the text's length)")
     ] = "fail",
     max_retries: MaxRetriesOpt = 2,
+    duration: Annotated[
+        float | None,
+        typer.Option("--duration", help="Render the line to this many seconds (within the render bounds)."),
+    ] = None,
+    max_render_speedup: MaxRenderSpeedupOpt = 1.25,
+    max_render_slowdown: MaxRenderSlowdownOpt = 1.25,
     emotion_audio: EmotionAudioOpt = None,
     emotion_vector: EmotionVectorOpt = None,
     emotion_alpha: EmotionAlphaOpt = 1.0,
@@ -184,6 +196,9 @@ def synth(
             max_retries=max_retries,
             emotion=emotion,
             on_line_failure=on_line_failure,
+            duration=duration,
+            max_render_speedup=max_render_speedup,
+            max_render_slowdown=max_render_slowdown,
         )
         return synth_one(so, rep)
 
@@ -215,6 +230,8 @@ def inspect(
     max_speedup: Annotated[
         float, typer.Option("--max-speedup", help="Tempo cap for the forecast (as for dub).")
     ] = 1.25,
+    fit: FitOpt = "model",
+    max_render_speedup: MaxRenderSpeedupOpt = 1.25,
     min_gap: MinGapOpt = 0.08,
     only: Annotated[
         str | None, typer.Option("--only", metavar="3,7-9", help="Batch just these lines, as dub would.")

@@ -95,6 +95,19 @@ NamePrefixOpt = Annotated[bool, typer.Option("--name-prefix", help="Read 'Name: 
 BatchSizeOpt = Annotated[int, typer.Option("--batch-size", help="Lines per synthesis batch.")]
 MaxBatchTokensOpt = Annotated[int, typer.Option("--max-batch-tokens", help="Padded tokens per batch.")]
 MinGapOpt = Annotated[float, typer.Option("--min-gap", help="Seconds kept between lines.")]
+FitOpt = Annotated[
+    str,
+    typer.Option(
+        "--fit", help="model: the engine renders each line to its slot | stretch: tempo change only."
+    ),
+]
+MaxRenderSpeedupOpt = Annotated[
+    float, typer.Option("--max-render-speedup", help="Most the model speaks a line faster (1.25 = 25%).")
+]
+MaxRenderSlowdownOpt = Annotated[
+    float,
+    typer.Option("--max-render-slowdown", help="Most the model speaks a line slower (with --max-slowdown)."),
+]
 StrictVoicesOpt = Annotated[
     bool,
     typer.Option("--strict-voices", help="A --voice NAME= that matches no speaker is an error (exit 2)."),

@@ -3,15 +3,21 @@
 Layout of `<stem>.fasttts/`:
     plan.json          the plan of the last run
     report.json        the per-line report of the last run
-    lines/ab/<key>.npy float32 mono audio at the engine's sample rate
-    lines/ab/<key>.json meta: sample_rate, n_samples, dtype, shape, audio_sha256, duration, n_tokens, ...
+    plans/ab/<key>.npy  a line's plan (synthesizer.LinePlan's payload: IndexTTS-2's codes as int32, the draft
+                        voice's natural audio as float32), under the line's key
+    plans/ab/<key>.json meta: the line's natural length, the engine's plan info, n_tokens, seed, ...
+    lines/ab/<key>.npy float32 mono audio at the engine's sample rate, as rendered to one target length,
+                       under `render_key(line key, frames)`
+    lines/ab/<key>.json meta: sample_rate, n_samples, dtype, shape, audio_sha256, plan_key, frames, ...
     dub.wav            the final mix before muxing
     .lock, .lock.owner one run at a time (worklock.py)
 
 A line's key is the sha256 of everything that can change its audio: normalized text, the voice key
 (reference audio hash + emotion), the synthesizer identity (model, engine build, preset, code
 version), the synthesis parameters and the seed. The seed itself comes from (text, voice, base
-seed), never from the line's position or batch-mates, so an edit re-renders only the edited lines.
+seed), never from the line's position or batch-mates, so an edit re-renders only the edited lines. A
+rendered entry's key adds the target length (`render_key`): re-timing a line renders it again from its
+cached plan and never re-runs the GPT.
 
 Every file is written to a partial name unique to the run (`partials.partial_path`) in the same folder and
 renamed (atomic on POSIX), and a cache entry counts only once its .json (written last) exists: Ctrl-C or a
@@ -71,6 +77,11 @@ def retry_seed(seed: int, attempt: int) -> int:
 
 def line_key(text: str, voice_key: str, identity: str, params: Mapping[str, Any], seed: int) -> str:
     return _sha(["line", KEY_VERSION, normalize_text(text), voice_key, identity, dict(params), int(seed)])
+
+
+def render_key(key: str, frames: int | None) -> str:
+    """The rendered audio of the line with key `key` at a target of `frames` (None: its natural length)."""
+    return _sha(["render", KEY_VERSION, key, None if frames is None else int(frames)])
 
 
 # ---- atomic writes -------------------------------------------------------------------------------
@@ -145,9 +156,17 @@ class _Damaged(Exception):
     pass
 
 
+# What an entry may hold: float32 audio (and the draft voice's plans), int32 codes (IndexTTS-2's plans).
+DTYPES = {"float32": np.dtype("<f4"), "int32": np.dtype("<i4")}
+
+
 def audio_checksum(audio: np.ndarray) -> str:
-    """sha256 of the samples as stored (little-endian float32, C order)."""
-    return hashlib.sha256(np.ascontiguousarray(audio, dtype="<f4").data).hexdigest()
+    """sha256 of the samples as stored (little-endian, C order; float32 unless the array is int32)."""
+    return hashlib.sha256(np.ascontiguousarray(audio, dtype=_stored(audio)).data).hexdigest()
+
+
+def _stored(a: np.ndarray) -> np.dtype:
+    return DTYPES["int32"] if np.issubdtype(a.dtype, np.integer) else DTYPES["float32"]
 
 
 def _read_meta(path: Path) -> dict[str, Any]:
@@ -163,10 +182,13 @@ def _read_meta(path: Path) -> dict[str, Any]:
     return meta
 
 
-def _read_npy(path: Path, n_samples: int) -> np.ndarray:
-    """The float32 mono array in `path`, checked against the meta's length before anything is allocated:
-    the header must say little-endian float32, C order, shape (n_samples,), and the file must hold exactly
-    that many bytes after it (a truncated or padded file is damaged)."""
+def _read_npy(path: Path, n_samples: int, dtype_name: str = "float32") -> np.ndarray:
+    """The 1-D array in `path`, checked against the meta's length and dtype before anything is allocated:
+    the header must say little-endian float32 (or the meta's int32), C order, shape (n_samples,), and the
+    file must hold exactly that many bytes after it (a truncated or padded file is damaged)."""
+    want = DTYPES.get(dtype_name)
+    if want is None:
+        raise _Damaged(f"its meta names an unknown dtype {dtype_name!r}")
     fmt = np.lib.format
     try:
         with path.open("rb") as f:
@@ -177,8 +199,8 @@ def _read_npy(path: Path, n_samples: int) -> np.ndarray:
                 shape, fortran, dtype = fmt.read_array_header_2_0(f)
             else:
                 raise _Damaged(f"its audio file is not a readable .npy (version {version})")
-            if dtype != np.dtype("<f4") or fortran or len(shape) != 1:
-                raise _Damaged(f"its audio is {dtype} {shape}, not float32 mono")
+            if dtype != want or fortran or len(shape) != 1:
+                raise _Damaged(f"its audio is {dtype} {shape}, not {dtype_name} mono")
             if shape[0] != n_samples:
                 raise _Damaged(f"its audio has {shape[0]} samples, its meta says {n_samples}")
             size = os.fstat(f.fileno()).st_size - f.tell()
@@ -192,7 +214,7 @@ def _read_npy(path: Path, n_samples: int) -> np.ndarray:
         raise _Damaged(f"its audio file is not a readable .npy ({e})") from None
     if len(data) != 4 * n_samples:
         raise _Damaged("its audio file is truncated")  # shrank while being read
-    return np.frombuffer(data, dtype="<f4").astype(np.float32, copy=False)
+    return np.frombuffer(data, dtype=want).astype(want.newbyteorder("="), copy=False)
 
 
 class LineCache:
@@ -221,7 +243,7 @@ class LineCache:
             return None, EntryCheck("missing")
         try:
             meta = _read_meta(meta_p)
-            audio = _read_npy(npy, meta["n_samples"])
+            audio = _read_npy(npy, meta["n_samples"], str(meta.get("dtype", "float32")))
             want = meta.get("audio_sha256")
             if want is not None and audio_checksum(audio) != want:
                 raise _Damaged("its audio does not match its checksum")
@@ -265,7 +287,7 @@ class LineCache:
         """Store an entry. The .npy is serialized in memory first, so a full disk shows as a plain write
         error on it (numpy's own file writes lose the errno); either file failing raises WriteError naming
         it, and leaves the entry absent (its meta, written last, is the commit marker)."""
-        audio = np.ascontiguousarray(audio, dtype=np.float32).reshape(-1)
+        audio = np.ascontiguousarray(audio, dtype=_stored(np.asarray(audio))).reshape(-1)
         npy, meta_p = self._paths(key)
         full = {
             **dict(meta),
@@ -299,7 +321,8 @@ class LineCache:
 
 
 def _audio_fields(audio: np.ndarray) -> dict[str, Any]:
-    return {"dtype": "float32", "shape": [len(audio)], "audio_sha256": audio_checksum(audio)}
+    name = "int32" if _stored(audio) == DTYPES["int32"] else "float32"
+    return {"dtype": name, "shape": [len(audio)], "audio_sha256": audio_checksum(audio)}
 
 
 def check_hits(cache: LineCache, keys: Mapping[int, str]) -> tuple[dict[int, dict[str, Any]], dict[int, str]]:

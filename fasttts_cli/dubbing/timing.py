@@ -60,8 +60,9 @@ rendered, and splits each line's total factor ``f`` (steps 1-4, with the speed-u
 ``[1 / max_render_slowdown, max_render_speedup]``, which the engine realises by rendering the line to a
 target of ``d / r`` seconds, and a DSP *stretch* for what is left, ``f / r``. The target is whole render
 frames (``frame_rate`` per second), rounded down so a line is never longer than planned (up, by one frame,
-where rounding down would pass ``max_render_speedup``): a line inside the render bounds is placed at exactly its target, with ``stretch_factor == 1``. A line that fits has ``r == 1``
-and keeps its natural audio (``frames`` None). ``fit = "stretch"``: every line is rendered at its natural
+where rounding down would pass ``max_render_speedup``): a line inside the render bounds is placed at
+exactly its target, with ``stretch_factor == 1``. A line that fits has ``r == 1`` and keeps its natural
+audio (``frames`` None). ``fit = "stretch"``: every line is rendered at its natural
 length and ``f`` is all DSP tempo, capped by ``max_speedup`` alone (the behaviour before model rendering).
 
 Untimed input (plain text): there are no slots to fit; lay the lines out from their natural durations with
@@ -400,7 +401,7 @@ def summarize(timings: Sequence[LineTiming]) -> dict:
         "max_overflow": round(max(overs), 4),
         "truncated": sum(1 for t in timings if t.truncated),
         "end": round(max((t.end for t in timings), default=0.0), 4),
-        "rendered_to_fit": sum(1 for t in timings if t.frames is not None),
+        "rendered_to_fit": sum(1 for t in timings if abs(t.render_factor - 1.0) > 1e-9),
         "stretched": sum(1 for t in timings if abs(t.stretch_factor - 1.0) > 1e-9),
         "max_stretch": round(max((t.stretch_factor for t in timings), default=1.0), 4),
         "max_render_factor": round(max((t.render_factor for t in timings), default=1.0), 4),
