@@ -15,8 +15,9 @@ def inspect_job(o: DubOptions) -> dict[str, Any]:
     """Cues, speakers, batches and a timing forecast, without loading any model.
 
     The forecast runs the real timing solver on durations guessed at `FORECAST_CPS` spoken characters
-    per second (typical narration), so it shows where speed-ups and shifts are likely; real durations
-    come only from synthesis."""
+    per second (typical narration), so it shows where speed-ups and shifts are likely, and how each
+    would be split between the model's render and DSP tempo (--fit); real durations come only from
+    synthesis."""
     from fasttts_cli.dubbing.speakers import with_placeholder_voices
     from fasttts_cli.dubbing.timing import SlotInput, layout_sequential, solve_timing, summarize
 

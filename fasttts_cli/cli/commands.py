@@ -253,7 +253,7 @@ def _print_inspect(r: dict[str, Any]) -> None:
     con = Console(soft_wrap=True)
     fc = {t["index"]: t for t in r["forecast"]["lines"]}
     t = Table(title=f"{r['script']}: {len(r['cues'])} lines (engine: {r['engine']['kind']})")
-    for col in ("#", "start", "end", "speaker", "tokens", "est. s", "factor", "action", "text"):
+    for col in ("#", "start", "end", "speaker", "tokens", "est. s", "render", "stretch", "action", "text"):
         t.add_column(col)
     for c in r["cues"]:
         f = fc.get(c["index"], {})
@@ -264,7 +264,8 @@ def _print_inspect(r: dict[str, Any]) -> None:
             c["speaker"] or "",
             str(c["tokens"]),
             f"{f.get('natural', 0):.2f}",
-            f"{f.get('factor', 1):.2f}",
+            f"{f.get('render_factor', 1):.2f}",
+            f"{f.get('stretch_factor', 1):.2f}",
             f.get("action", ""),
             c["text"],
         )
