@@ -135,7 +135,7 @@ def test_interrupted_run_leaves_a_cache_that_resumes(capsys, workspace: Path):
         pytest.skip("the run finished before the interrupt arrived")
     assert proc.returncode == 130, err.decode()
     assert "run the same command again to resume" in err.decode()
-    cached = sorted(p.stem for p in (work / "lines").glob("*/*.json"))
+    cached = sorted(p.stem for p in (work / "plans").glob("*/*.json"))  # the planned lines
     assert 1 <= len(cached) < 7
     leftovers = [p.name for p in work.rglob("*") if p.name.endswith(".tmp")]
     assert leftovers == []

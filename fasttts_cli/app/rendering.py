@@ -13,6 +13,7 @@ from typing import Any
 
 from fasttts_cli.app.job import UNTIMED_PAUSE, DubOptions, JobInputs, LineState, OutputPaths, timing_options
 from fasttts_cli.app.progress import Reporter
+from fasttts_cli.app.synthesis import DubInterrupted
 from fasttts_cli.dubbing.cache import LineCache, check_hits, normalize_text, render_key
 from fasttts_cli.errors import SynthesisError
 from fasttts_cli.synth.synthesizer import (
@@ -95,12 +96,19 @@ def render_all(
     # Similar target lengths together; the order of lines does not change any line's audio.
     todo.sort(key=lambda i: timings[i].natural if timings[i].target is None else timings[i].target)
     rep.event("render", to_render=len(todo), cached=len(hits))
-    with rep.stage("render"):
-        rep.stage_progress("render", 0, len(todo), unit="lines")
-        done = [0]
-        size = max(1, o.batch_size)
-        for lo in range(0, len(todo), size):
-            _render_batch(o, rep, synth, states, todo[lo : lo + size], plans, cache, done, len(todo))
+    done = [0]
+    try:
+        with rep.stage("render"):
+            rep.stage_progress("render", 0, len(todo), unit="lines")
+            size = max(1, o.batch_size)
+            for lo in range(0, len(todo), size):
+                _render_batch(o, rep, synth, states, todo[lo : lo + size], plans, cache, done, len(todo))
+    except KeyboardInterrupt:
+        rep.event("error", ok=False, error="interrupted", exit_code=130)
+        raise DubInterrupted(
+            f"interrupted while rendering: every line is planned and {done[0]} of the {len(todo)} lines to "
+            f"render are finished, all cached in {paths.work_dir}; run the same command again to resume"
+        ) from None
     return todo
 
 
