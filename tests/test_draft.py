@@ -20,6 +20,7 @@ from fasttts_cli.synth.synthesizer import (
     SynthRequest,
     SynthResult,
     Voice,
+    render_rows,
 )
 
 try:
@@ -239,3 +240,32 @@ def test_a_bad_line_gets_its_own_error_in_a_render_batch():
     assert out[1].ok and len(out[1].audio) == frames * s.hop
     assert out[2].error == "planning failed"
     assert not out[3].ok and "0 frames" in out[3].error
+
+
+@needs_piper
+def test_renders_in_parallel_report_each_row_once_and_the_callers_error_escapes(monkeypatch):
+    """Piper replaced by a tone whose length follows the scale: the thread pool's bookkeeping alone."""
+    s = DraftSynthesizer()
+    monkeypatch.setattr(draft, "RENDER_PROCESSES", 2)
+    calls: list[float | None] = []
+
+    def fake_run(reqs, on_audio, length_scale=None):
+        calls.append(length_scale)
+        for j in range(len(reqs)):
+            n = round(40 * (length_scale or 1.0)) * s.hop
+            on_audio(j, (0.3 * np.sin(np.arange(n) / 5.0)).astype(np.float32))
+
+    monkeypatch.setattr(s, "_run", fake_run)
+    plan = _plan_of(np.zeros(40 * s.hop, dtype=np.float32))
+    req = SynthRequest("p", "Hello.", _voice(), seed=1)
+    items = [RenderRequest(req, plan, f) for f in (30, 36, 44, 50, 36)]
+    rows: list[int] = []
+    out = render_rows(s, items, lambda k, res, seconds: rows.append(k))
+    assert sorted(rows) == [0, 1, 2, 3, 4] and len(calls) == 4  # the two 36-frame lines share a process
+    assert [len(r.audio) for r in out] == [f * s.hop for f in (30, 36, 44, 50, 36)]
+
+    def fails(k, res, seconds):
+        raise ValueError("the caller's own error")
+
+    with pytest.raises(ValueError, match="caller's own"):
+        render_rows(s, items, fails)
