@@ -65,7 +65,8 @@ def _run_raw(audio: np.ndarray, sr: int, filt: str) -> np.ndarray:
     return np.frombuffer(proc.stdout, dtype="<f4").astype(np.float32)
 
 
-def _fit_length(x: np.ndarray, n: int, sr: int) -> np.ndarray:
+def fit_length(x: np.ndarray, n: int, sr: int) -> np.ndarray:
+    """`x` cut (with a 2 ms fade-out, so the cut does not click) or zero-padded to exactly n samples."""
     if len(x) >= n:
         return trim_to(x, sr, n / sr, fade_ms=2.0) if len(x) > n else x
     return np.concatenate([x, np.zeros(n - len(x), dtype=np.float32)])
@@ -89,9 +90,9 @@ def change_tempo(audio: np.ndarray, sr: int, factor: float, *, method: str = "au
         raise ValueError(f"change_tempo takes mono audio (1-D), got shape {x.shape}")
     n_out = round(len(x) / factor)
     if len(x) < _MIN_SAMPLES:
-        return _fit_length(x.copy(), n_out, sr)
+        return fit_length(x.copy(), n_out, sr)
     y = _run_raw(x, sr, _filter_for(factor, method))
-    return _fit_length(y, n_out, sr)
+    return fit_length(y, n_out, sr)
 
 
 def trim_to(audio: np.ndarray, sr: int, seconds: float, fade_ms: float = 10.0) -> np.ndarray:
