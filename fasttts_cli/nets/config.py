@@ -39,6 +39,9 @@ class ConditionModuleConfig:
 
 @dataclass(frozen=True)
 class GPTConfig:
+    """The `gpt` table as the file holds it; the sizes derived from it (position rows, head width) are
+    `UnifiedVoiceConfig`'s, the one the net and the engine build read."""
+
     model_dim: int
     layers: int
     heads: int
@@ -59,20 +62,6 @@ class GPTConfig:
     condition_num_latent: int = 32
     max_conditioning_inputs: int = 1
     types: int = 1
-
-    @property
-    def mel_positions(self) -> int:
-        """Rows of `mel_pos_embedding` (max_mel_tokens + 2 + 1)."""
-        return self.max_mel_tokens + 3
-
-    @property
-    def text_positions(self) -> int:
-        """Rows of `text_pos_embedding` (max_text_tokens + 2)."""
-        return self.max_text_tokens + 2
-
-    @property
-    def head_dim(self) -> int:
-        return self.model_dim // self.heads
 
 
 @dataclass(frozen=True)
