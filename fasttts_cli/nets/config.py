@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from fasttts_cli.errors import InputError
+from fasttts_cli.spec.text_files import parse_text_file
 
 EMOTIONS = ("happy", "angry", "sad", "afraid", "disgusted", "melancholic", "surprised", "calm")
 
@@ -357,10 +358,4 @@ def load_config(path: Path | str) -> IndexTTS2Config:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(path, "file not found", hint="a checkpoint directory holds config.yaml")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(path, f"cannot read: {e}") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(path, f"not valid YAML: {e}") from None
-    return parse_config(data, path)
+    return parse_config(parse_text_file(path, yaml.safe_load, yaml.YAMLError, "YAML", ConfigError), path)
