@@ -172,6 +172,31 @@ def test_the_trtllm_gpt_opens_through_the_registry(
     assert e.sessions.opened == {}
 
 
+@pytest.mark.slow
+def test_a_trtllm_gpt_that_disagrees_with_the_tables_is_refused(
+    ref_engine_dir: Path,  # noqa: F811 (the fixture imported above)
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The registry opener checks the worker's layout against what the engine hands it (the folder's
+    tables, its conditioning rows) and stops the worker it refuses; nothing is left open."""
+    from fasttts_cli.indextts2.engine import IndexTTS2Engine
+    from fasttts_cli.indextts2.gpt_trtllm import TRTLLM_BACKEND_ENV, TrtllmGPT
+
+    monkeypatch.setenv(TRTLLM_BACKEND_ENV, "reference")
+    stopped: list[TrtllmGPT] = []
+    close = TrtllmGPT.close
+    monkeypatch.setattr(TrtllmGPT, "close", lambda self: (stopped.append(self), close(self))[1])
+    e = IndexTTS2Engine.load(ref_engine_dir)
+    try:
+        e.manifest.config["gpt"]["num_latents"] += 1  # tables from a checkpoint with one more latent
+        with pytest.raises(EngineMismatchError, match=r"conditioning rows; this engine folder's tables"):
+            _ = e.trtllm
+        assert len(stopped) == 1 and stopped[0].worker.proc.poll() is not None
+        assert e.sessions.opened == {}
+    finally:
+        e.close()
+
+
 def test_runtimes_group_the_backends() -> None:
     """The ONNX Runtime backends share graphs and their integer quantization (build/quantize.py and
     gpu_stack's options read this grouping instead of listing the backends)."""

@@ -124,9 +124,18 @@ def test_w2v_bert_too_few_layers_is_an_error(tiny_w2v) -> None:
 
 
 def _tiny_codec_file(tmp_path: Path) -> tuple[Path, torch.nn.Module]:
-    from fasttts_cli.nets.codec import CodecSizes, SemanticCodec
+    from fasttts_cli.nets.codec import SemanticCodec
+    from fasttts_cli.nets.config import SemanticCodecConfig
 
-    codec = SemanticCodec(CodecSizes(1024, 16, 24, 2, 8192, 8)).eval()
+    sizes = SemanticCodecConfig(
+        codebook_size=8192,
+        hidden_size=1024,
+        codebook_dim=8,
+        vocos_dim=16,
+        vocos_intermediate_dim=24,
+        vocos_num_layers=2,
+    )
+    codec = SemanticCodec(sizes).eval()
     _randomize(codec, seed=3)
     path = tmp_path / "semantic_codec_model.safetensors"
     safetensors_torch.save_file({k: v.contiguous() for k, v in codec.state_dict().items()}, path)

@@ -66,13 +66,8 @@ def test_stage_3_1_emotion_conditioner(uv: UnifiedVoice, parity_case: ParityCase
     ):
         _check(key, getattr(ec, key), parity_case)
     np.testing.assert_array_equal(ec.emo_conformer_mask.long().numpy(), parity_case["emo_conformer_mask"])
-    # emotion_vector is the same blend; without a speaker it is the emotion chain alone.
-    _check(
-        "emovec",
-        uv.emotion_vector(_t(parity_case, "emo_cond_emb"), _t(parity_case, "spk_cond_emb"), alpha),
-        parity_case,
-    )
-    _check("emovec_emo", uv.emotion_vector(_t(parity_case, "emo_cond_emb")), parity_case)
+    # without a speaker the vector is the emotion chain alone
+    _check("emovec_emo", uv.emotion_conditioning(_t(parity_case, "emo_cond_emb")).emovec, parity_case)
     _check("emovec_base", uv.emovec_of(_t(parity_case, "spk_cond_emb")), parity_case)
 
 
@@ -252,7 +247,7 @@ def test_batched_conditioners_with_lengths_match_single(uv: UnifiedVoice, parity
     assert _rows_rel(vec[1], uv.emovec_of(emo[:, :t2])[0]) < BATCH_TOL
     # Per-row alpha: row 0 default mode (alpha 1), row 1 blended.
     alpha = torch.tensor([1.0, 0.3])
-    mixed = uv.emotion_vector(torch.cat([emo, emo]), torch.cat([spk, spk]), alpha)
+    mixed = uv.emotion_conditioning(torch.cat([emo, emo]), torch.cat([spk, spk]), alpha).emovec
     base, e = uv.emovec_of(spk)[0], uv.emovec_of(emo)[0]
     assert _rows_rel(mixed[1], base + 0.3 * (e - base)) < BATCH_TOL
     _check("emovec_base", uv.emovec_of(spk), parity_case)

@@ -25,7 +25,6 @@ import numpy as np
 from fasttts_cli.backends.onnxruntime.session import Session, SessionOptions
 from fasttts_cli.backends.protocol import GPTSteps
 from fasttts_cli.cfm.schedules import euler_times
-from fasttts_cli.errors import EngineMismatchError
 from fasttts_cli.indextts2 import cfm as cfm_stage
 from fasttts_cli.indextts2 import decode as dec
 from fasttts_cli.indextts2 import emotion as emo
@@ -47,7 +46,7 @@ from fasttts_cli.indextts2.components import (
 from fasttts_cli.indextts2.decode_inplace import InplaceGPTDecoder, decoder_for
 from fasttts_cli.indextts2.folder_sessions import FolderSessions
 from fasttts_cli.indextts2.generate_loop import NoStopDecoder, line_decoders
-from fasttts_cli.indextts2.gpt_trtllm import GPT_TRTLLM, LinePrompt, TrtllmGPT, worker_dir
+from fasttts_cli.indextts2.gpt_trtllm import GPT_TRTLLM, LinePrompt, TrtllmGPT
 from fasttts_cli.indextts2.sampling import Decoded, SamplingParams
 from fasttts_cli.indextts2.stages import StageTimes
 from fasttts_cli.indextts2.voice import SpeakerFeatures, VoiceConditioning, VoiceFlow
@@ -124,10 +123,9 @@ class IndexTTS2Engine(VoiceFlow, SessionVoiceStages):
         self.hop = int(cfg["vocoder"]["hop"])
         self.sample_rate = int(cfg["vocoder"]["sampling_rate"])
         self.tokens = gpt_tokens(g)
-        self.sessions = FolderSessions(folder, manifest, self.options)
+        self.sessions = FolderSessions(folder, manifest, self.options, {GPT_TRTLLM: self._trtllm_context})
         self._emb: dec.HostEmbeddings | None = None
         self._decoder: dec.GPTDecoder | InplaceGPTDecoder | None = None
-        self._trtllm: TrtllmGPT | None = None
         self._mats: emo.EmotionMatrices | None = None
         self._text: Any = None
         self._cfm_cache: dict[tuple[int, float, str, str], Any] = {}
@@ -195,21 +193,13 @@ class IndexTTS2Engine(VoiceFlow, SessionVoiceStages):
 
     @property
     def trtllm(self) -> TrtllmGPT:
-        """The GPT on TensorRT-LLM: a worker process over the folder's `gpt_trtllm/` (gpt_trtllm.py)."""
-        if self._trtllm is None:
-            path, backend = worker_dir(self.folder / self.manifest.components[GPT_TRTLLM].file)
-            self._trtllm = TrtllmGPT(path, backend=backend, emb=self.embeddings)
-            lay = self._trtllm.layout
-            n_latents = int(self.manifest.config["gpt"]["num_latents"])
-            want = (self.embeddings.mel_embedding.shape[0], n_latents + 2)
-            if (lay.n_mel, lay.n_conds) != want:
-                self.close()
-                raise EngineMismatchError(
-                    f"{path}: the TensorRT-LLM GPT has {lay.n_mel} mel codes and {lay.n_conds} conditioning "
-                    f"rows; this engine folder's tables have {want[0]} and {want[1]}",
-                    hint="rebuild the engine folder with one `fasttts build`",
-                )
-        return self._trtllm
+        """The GPT on TensorRT-LLM: a worker process over the folder's `gpt_trtllm/`, a session like the
+        others (its registry opener, gpt_trtllm.open_worker, checks it against this folder's tables)."""
+        return self.session(GPT_TRTLLM)
+
+    def _trtllm_context(self) -> dict[str, Any]:
+        n_conds = int(self.manifest.config["gpt"]["num_latents"]) + 2
+        return {"emb": self.embeddings, "n_conds": n_conds}
 
     @property
     def emotion_matrices(self) -> emo.EmotionMatrices:
@@ -226,9 +216,6 @@ class IndexTTS2Engine(VoiceFlow, SessionVoiceStages):
         self._close_voice_side()
         self.sessions.close()
         self._decoder = None
-        if self._trtllm is not None:
-            self._trtllm.close()
-            self._trtllm = None
 
     def prefix(self, spk_latents: np.ndarray, emovec: np.ndarray, text_ids: Sequence[int]) -> GPTPrompt:
         """Stage 3.4: the line's GPT input as this engine's GPT takes it: the (num_latents + 2 + L + 2, D)

@@ -27,6 +27,7 @@ import soxr
 from numpy.lib.stride_tricks import sliding_window_view
 
 from fasttts_cli.errors import InputError
+from fasttts_cli.nets.config import SpectConfig
 
 SR_MEL = 22050
 SR_W2V = 16000
@@ -312,31 +313,26 @@ def slaney_mel_filters(
 
 
 @dataclass(frozen=True)
-class MelParams:
-    """s2mel.preprocess_params (config.yaml): the CFM prompt mel, matching BigVGAN's training mel."""
+class MelParams(SpectConfig):
+    """s2mel.preprocess_params (config.yaml): its spect_params (the checkpoint's `SpectConfig`; fmax
+    None -> Nyquist) at its sample rate: the CFM prompt mel, matching BigVGAN's training mel."""
 
     sr: int = SR_MEL
-    n_fft: int = 1024
-    win_length: int = 1024
-    hop_length: int = 256
-    n_mels: int = 80
-    fmin: float = 0.0
-    fmax: float | None = None  # None -> Nyquist
 
     @classmethod
     def from_config(cls, s2mel_cfg: dict) -> MelParams:
-        """From config.yaml's s2mel section (preprocess_params.spect_params)."""
+        """From config.yaml's s2mel section (preprocess_params.spect_params); the release's where absent."""
         pp = s2mel_cfg.get("preprocess_params", {})
         sp = pp.get("spect_params", {})
-        fmax = _none_or_float(sp.get("fmax"))
+        d = RELEASE_MEL
         return cls(
-            sr=int(pp.get("sr", SR_MEL)),
-            n_fft=int(sp.get("n_fft", 1024)),
-            win_length=int(sp.get("win_length", 1024)),
-            hop_length=int(sp.get("hop_length", 256)),
-            n_mels=int(sp.get("n_mels", 80)),
+            sr=int(pp.get("sr", d.sr)),
+            n_fft=int(sp.get("n_fft", d.n_fft)),
+            win_length=int(sp.get("win_length", d.win_length)),
+            hop_length=int(sp.get("hop_length", d.hop_length)),
+            n_mels=int(sp.get("n_mels", d.n_mels)),
             fmin=float(sp.get("fmin", 0) or 0),
-            fmax=fmax,
+            fmax=_none_or_float(sp.get("fmax")),
         )
 
     @classmethod
@@ -353,6 +349,10 @@ class MelParams:
         )
 
 
+# the released checkpoint's (config.yaml s2mel.preprocess_params)
+RELEASE_MEL = MelParams(n_fft=1024, win_length=1024, hop_length=256, n_mels=80)
+
+
 def _none_or_float(v: object) -> float | None:
     """A config's fmax: None (Nyquist) however YAML / JSON spelt it, else a number."""
     return None if v in (None, "None", "none", "null") else float(v)  # type: ignore[arg-type]
@@ -364,7 +364,7 @@ def log_mel(audio_22k: np.ndarray, p: MelParams | None = None) -> np.ndarray:
     Reflect-pad (n_fft - hop) / 2 each side, periodic Hann STFT without centering, magnitude
     sqrt(re^2 + im^2 + 1e-9), Slaney mel filters, log(max(x, 1e-5)).
     """
-    p = p or MelParams()
+    p = p or RELEASE_MEL
     x = np.asarray(audio_22k, dtype=np.float64)
     pad = int((p.n_fft - p.hop_length) / 2)
     x = np.pad(x, (pad, pad), mode="reflect")

@@ -8,6 +8,7 @@ component's IO names are checked against what this runtime feeds and reads (`com
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -30,10 +31,19 @@ from fasttts_cli.spec.engine_folder import Manifest
 class FolderSessions:
     """The opened components of one engine folder, by manifest component name."""
 
-    def __init__(self, folder: Path, manifest: Manifest, options: SessionOptions) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        manifest: Manifest,
+        options: SessionOptions,
+        context: Mapping[str, Callable[[], Mapping[str, Any]]] | None = None,
+    ) -> None:
+        """`context`: per component name, what its registry opener takes beyond (path, options), made
+        only when that component opens (the TensorRT-LLM GPT's host tables load with it, not before)."""
         self.folder = folder
         self.manifest = manifest
         self.options = options
+        self.context = dict(context or {})
         self.layers = int(manifest.config["gpt"]["layers"])
         self.gpt = gpt_component(manifest.components)
         self._open: dict[str, Any] = {}
@@ -83,7 +93,8 @@ class FolderSessions:
             opts = replace(opts, spin_after_run=True)
         elif name in VOICE_CHAIN_SESSIONS and self.voice_chains_side_by_side:
             opts = replace(opts, threads=max(1, opts.resolved_threads() // 2))
-        s = registry.get(comp.backend).open(self.folder / comp.file, opts)
+        context = self.context[name]() if name in self.context else {}
+        s = registry.get(comp.backend).open(self.folder / comp.file, opts, **context)
         if artifact(name) == registry.GRAPH:
             self._check_io(name, s)
         return s

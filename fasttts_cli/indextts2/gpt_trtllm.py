@@ -394,8 +394,24 @@ class TrtllmGPT(loop.LoopMethods):
         return [h.copy() for h in np.split(hidden, np.cumsum([c.size for c in cs])[:-1])]
 
 
-def open_worker(path: Path, options: Any) -> Any:
+def open_worker(
+    path: Path, options: Any, *, emb: HostEmbeddings | None = None, n_conds: int | None = None
+) -> TrtllmGPT:
     """The GPT on TensorRT-LLM: a worker process over the engine folder's `gpt_trtllm/` (options unused:
-    the worker sizes itself from its engine)."""
+    the worker sizes itself from its engine), the registry's one way to open it. `emb`: the engine
+    folder's host tables (for `prompt`), and with `n_conds` (its conditioning rows) what the worker's
+    layout must match: a GPT built from another checkpoint than the tables is refused, its worker stopped.
+    """
     folder, backend = worker_dir(path)
-    return TrtllmGPT(folder, backend=backend)
+    gpt = TrtllmGPT(folder, backend=backend, emb=emb)
+    lay = gpt.layout
+    want_mel = lay.n_mel if emb is None else int(emb.mel_embedding.shape[0])
+    want_conds = lay.n_conds if n_conds is None else n_conds
+    if (lay.n_mel, lay.n_conds) != (want_mel, want_conds):
+        gpt.close()
+        raise EngineMismatchError(
+            f"{folder}: the TensorRT-LLM GPT has {lay.n_mel} mel codes and {lay.n_conds} conditioning rows; "
+            f"this engine folder's tables have {want_mel} and {want_conds}",
+            hint="rebuild the engine folder with one `fasttts build`",
+        )
+    return gpt

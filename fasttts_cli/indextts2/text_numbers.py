@@ -44,22 +44,34 @@ def _en_below_1000(n: int) -> list[str]:
     return words
 
 
+def _cardinal(
+    n: int, minus: str, zero: str, base: int, scales: int, spell: Callable[[list[int]], str]
+) -> str:
+    """What both languages' cardinals share: the sign word, the zero word, and the digits cut into groups
+    of `base` (1000 in English, 10000 in Chinese), lowest group first, which `spell` reads out. A number
+    with more groups than the language names (`scales`) raises OverflowError: the callers then read it
+    digit by digit, clearer than invented names."""
+    if n < 0:
+        return minus + _cardinal(-n, minus, zero, base, scales, spell)
+    if n == 0:
+        return zero
+    groups: list[int] = []
+    while n > 0:
+        n, chunk = divmod(n, base)
+        groups.append(chunk)
+    if len(groups) > scales:
+        raise OverflowError
+    return spell(groups)
+
+
+def _en_groups(groups: list[int]) -> str:
+    named = [" ".join(_en_below_1000(c) + ([_SCALES[s]] if s else [])) for s, c in enumerate(groups) if c]
+    return " ".join(reversed(named))
+
+
 def en_cardinal(n: int) -> str:
     """123456 -> 'one hundred twenty three thousand four hundred fifty six'."""
-    if n < 0:
-        return "minus " + en_cardinal(-n)
-    if n == 0:
-        return "zero"
-    groups: list[str] = []
-    scale = 0
-    while n > 0:
-        n, chunk = divmod(n, 1000)
-        if chunk:
-            if scale >= len(_SCALES):  # beyond quadrillions: digit by digit is clearer than invented names
-                raise OverflowError
-            groups.insert(0, " ".join(_en_below_1000(chunk) + ([_SCALES[scale]] if scale else [])))
-        scale += 1
-    return " ".join(groups)
+    return _cardinal(n, "minus ", "zero", 1000, len(_SCALES), _en_groups)
 
 
 def en_ordinal(n: int) -> str:
@@ -166,21 +178,13 @@ def _zh_below_10000(n: int) -> str:
 
 def zh_cardinal(n: int) -> str:
     """10 -> 十, 15 -> 十五, 105 -> 一百零五, 20010 -> 两万零一十 style without 两: 二万零一十."""
-    if n < 0:
-        return "负" + zh_cardinal(-n)
-    if n == 0:
-        return "零"
-    groups = []
-    g = 0
-    while n > 0:
-        n, chunk = divmod(n, 10000)
-        groups.append((g, chunk))
-        g += 1
-    if g > len(_ZH_BIG):
-        raise OverflowError
+    return _cardinal(n, "负", "零", 10000, len(_ZH_BIG), _zh_groups)
+
+
+def _zh_groups(groups: list[int]) -> str:
     out = ""
     need_zero = False
-    for idx, chunk in reversed(groups):
+    for idx, chunk in reversed(list(enumerate(groups))):
         if chunk == 0:
             need_zero = bool(out)
             continue

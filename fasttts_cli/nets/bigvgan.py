@@ -25,6 +25,7 @@ from torch import nn
 from fasttts_cli.errors import InputError
 from fasttts_cli.nets.wavenet import WNConv1d, WNConvTranspose1d, row_mask
 from fasttts_cli.nets.weights import CheckpointKeyError, strict_load, torch_load
+from fasttts_cli.spec.text_files import parse_text_file
 
 
 @dataclass(frozen=True)
@@ -318,10 +319,7 @@ def load_bigvgan(folder: Path) -> BigVGAN:
             "file not found",
             hint="point at the BigVGAN folder (config.json + bigvgan_generator.pt)",
         )
-    try:
-        h = json.loads(cfg_path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
-        raise InputError(cfg_path, f"cannot read: {e}") from None
+    h = parse_text_file(cfg_path, json.loads, json.JSONDecodeError, "JSON")
     blob = torch_load(pt_path)
     if not isinstance(blob, Mapping) or not isinstance(blob.get("generator"), Mapping):
         raise CheckpointKeyError(pt_path, "missing key generator (expected {'generator': state_dict})")

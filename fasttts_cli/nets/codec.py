@@ -8,7 +8,6 @@ All sizes come from the tensors; `config.yaml`'s `semantic_codec` block, when gi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -16,17 +15,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from fasttts_cli.errors import InputError
+from fasttts_cli.nets.config import SemanticCodecConfig
 from fasttts_cli.nets.weights import CheckpointKeyError, strict_load
-
-
-@dataclass(frozen=True)
-class CodecSizes:
-    hidden_size: int = 1024
-    vocos_dim: int = 384
-    vocos_intermediate_dim: int = 2048
-    vocos_num_layers: int = 12
-    codebook_size: int = 8192
-    codebook_dim: int = 8
 
 
 class WNConv1d(nn.Module):
@@ -82,7 +72,7 @@ class VocosBackbone(nn.Module):
 class _Coder(nn.Sequential):
     """Keys `encoder.0.*` (backbone) and `encoder.1.*` (Linear back to the feature width)."""
 
-    def __init__(self, s: CodecSizes):
+    def __init__(self, s: SemanticCodecConfig):
         super().__init__(
             VocosBackbone(s.hidden_size, s.vocos_dim, s.vocos_intermediate_dim, s.vocos_num_layers),
             nn.Linear(s.vocos_dim, s.hidden_size),
@@ -93,7 +83,7 @@ class _Coder(nn.Sequential):
 
 
 class FactorizedVQ(nn.Module):
-    def __init__(self, s: CodecSizes):
+    def __init__(self, s: SemanticCodecConfig):
         super().__init__()
         self.in_project = WNConv1d(s.hidden_size, s.codebook_dim)
         self.out_project = WNConv1d(s.codebook_dim, s.hidden_size)
@@ -112,7 +102,7 @@ class FactorizedVQ(nn.Module):
 
 
 class _Quantizer(nn.Module):
-    def __init__(self, s: CodecSizes):
+    def __init__(self, s: SemanticCodecConfig):
         super().__init__()
         self.quantizers = nn.ModuleList([FactorizedVQ(s)])
 
@@ -120,7 +110,7 @@ class _Quantizer(nn.Module):
 class SemanticCodec(nn.Module):
     """RepCodec with the official key layout (`encoder.*`, `decoder.*`, `quantizer.quantizers.0.*`)."""
 
-    def __init__(self, sizes: CodecSizes):
+    def __init__(self, sizes: SemanticCodecConfig):
         super().__init__()
         self.sizes = sizes
         self.encoder = _Coder(sizes)
@@ -175,7 +165,7 @@ class CodecEmbed(nn.Module):
         return self.codec.vq2emb(codes)
 
 
-def codec_sizes_from_state(state: dict[str, torch.Tensor], file: Path) -> CodecSizes:
+def codec_sizes_from_state(state: dict[str, torch.Tensor], file: Path) -> SemanticCodecConfig:
     def shape(key: str) -> tuple[int, ...]:
         if key not in state:
             raise CheckpointKeyError(file, f"missing key {key}")
@@ -188,7 +178,15 @@ def codec_sizes_from_state(state: dict[str, torch.Tensor], file: Path) -> CodecS
     n_q = len({k.split(".")[2] for k in state if k.startswith("quantizer.quantizers.")})
     if n_q != 1:
         raise InputError(file, f"{n_q} quantizers; IndexTTS-2's semantic codec has exactly 1")
-    return CodecSizes(hidden, dim, inter, layers, size, cdim)
+    return SemanticCodecConfig(
+        codebook_size=size,
+        hidden_size=hidden,
+        codebook_dim=cdim,
+        vocos_dim=dim,
+        vocos_intermediate_dim=inter,
+        vocos_num_layers=layers,
+        num_quantizers=n_q,
+    )
 
 
 def load_codec(path: Path | str, cfg: dict | None = None) -> SemanticCodec:

@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from fasttts_cli.errors import InputError
+from fasttts_cli.spec.text_files import parse_text_file
 
 EMOTIONS = ("happy", "angry", "sad", "afraid", "disgusted", "melancholic", "surprised", "calm")
 
@@ -39,6 +40,9 @@ class ConditionModuleConfig:
 
 @dataclass(frozen=True)
 class GPTConfig:
+    """The `gpt` table as the file holds it; the sizes derived from it (position rows, head width) are
+    `UnifiedVoiceConfig`'s, the one the net and the engine build read."""
+
     model_dim: int
     layers: int
     heads: int
@@ -59,20 +63,6 @@ class GPTConfig:
     condition_num_latent: int = 32
     max_conditioning_inputs: int = 1
     types: int = 1
-
-    @property
-    def mel_positions(self) -> int:
-        """Rows of `mel_pos_embedding` (max_mel_tokens + 2 + 1)."""
-        return self.max_mel_tokens + 3
-
-    @property
-    def text_positions(self) -> int:
-        """Rows of `text_pos_embedding` (max_text_tokens + 2)."""
-        return self.max_text_tokens + 2
-
-    @property
-    def head_dim(self) -> int:
-        return self.model_dim // self.heads
 
 
 @dataclass(frozen=True)
@@ -368,10 +358,4 @@ def load_config(path: Path | str) -> IndexTTS2Config:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(path, "file not found", hint="a checkpoint directory holds config.yaml")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(path, f"cannot read: {e}") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(path, f"not valid YAML: {e}") from None
-    return parse_config(data, path)
+    return parse_config(parse_text_file(path, yaml.safe_load, yaml.YAMLError, "YAML", ConfigError), path)

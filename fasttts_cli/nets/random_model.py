@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
+from fasttts_cli.nets.config import SemanticCodecConfig
 from fasttts_cli.nets.dit import DiT, DiTConfig
 from fasttts_cli.nets.tiny_config import STOP_BIAS, TINY, Sizes, bigvgan_config, make_config, w2v_config
 from fasttts_cli.nets.wavenet import WaveNetConfig
@@ -220,10 +221,9 @@ def random_w2v(g: torch.Generator, z: Sizes = TINY) -> nn.Module:
 
 @torch.no_grad()
 def random_codec(g: torch.Generator, z: Sizes = TINY) -> nn.Module:
-    from fasttts_cli.nets.codec import CodecSizes, SemanticCodec
+    from fasttts_cli.nets.codec import SemanticCodec
 
-    sizes = CodecSizes(z.w2v_width, z.codec_dim, z.codec_inter, z.codec_layers, 8192, 8)
-    return init_weights(SemanticCodec(sizes), g)
+    return init_weights(SemanticCodec(SemanticCodecConfig(**make_config(z)["semantic_codec"])), g)
 
 
 @torch.no_grad()

@@ -2,7 +2,7 @@
 
 Stage API (explicit tensors in, tensors out; each stage matches one row of the parity table):
   speaker_conditioning / speaker_latents     stage 3.2   (B,T,C) w2v features -> (B,32,D)
-  emotion_conditioning / emotion_vector      stage 3.1   emo (+ speaker) features, alpha -> (B,D)
+  emotion_conditioning                       stage 3.1   emo (+ speaker) features, alpha -> (B,D) `.emovec`
   conds_latent / text_embeddings / prefix_embeddings   stage 3.4
   mel_input_embedding + trunk (+ decode_forced)        stage 3.5
   latent                                               stage 3.7
@@ -155,20 +155,6 @@ class UnifiedVoice(nn.Module):
         return EmotionConditioning(
             e_out, e_mask, e_perc, e_syn, e_vec, b_out, b_vec, b_vec + a * (e_vec - b_vec)
         )
-
-    def emotion_vector(
-        self,
-        emo_cond_emb: torch.Tensor,
-        spk_cond_emb: torch.Tensor | None = None,
-        alpha: float | torch.Tensor = 1.0,
-        *,
-        emo_lengths: torch.Tensor | None = None,
-        spk_lengths: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """(B, D) emovec the GPT uses (emotion-reference and default modes)."""
-        return self.emotion_conditioning(
-            emo_cond_emb, spk_cond_emb, alpha, emo_lengths=emo_lengths, spk_lengths=spk_lengths
-        ).emovec
 
     # ----------------------------------------------------------------------------- embeddings
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from fasttts_cli.errors import InputError, UsageError
 from fasttts_cli.spec import registry
+from fasttts_cli.spec.text_files import parse_text_file
 
 # The backend registry's lists (spec.registry is the one place they are kept).
 COMPONENTS = registry.COMPONENTS
@@ -173,12 +174,7 @@ def _section(path: Path, data: dict[str, Any], key: str, cls: type) -> Any:
 
 
 def parse_preset(path: Path) -> Preset:
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(path, f"cannot read preset: {e}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise InputError(path, f"not valid TOML: {e}") from None
+    data = parse_text_file(path, tomllib.loads, tomllib.TOMLDecodeError, "TOML")
     known = {"name", "description", "components", "limits", "decode", "s2mel"}
     for k in data:
         if k not in known:

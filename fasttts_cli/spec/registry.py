@@ -73,7 +73,9 @@ class BackendSpec:
     precisions: tuple[str, ...]
     components: tuple[str, ...]  # preset component groups it can run
     artifact: str  # GRAPH | FOLDER | NO_ENGINE
-    opener: str | None  # "module:callable(path, SessionOptions) -> session", None for NO_ENGINE
+    # "module:callable(path, SessionOptions, **context) -> session", None for NO_ENGINE; `context` is
+    # what a component's opener needs from the engine beyond its file (the TensorRT-LLM GPT: the host tables)
+    opener: str | None
     requires: tuple[Requirement, ...]
     needs: str  # one line for `fasttts presets`: what a machine needs to run it
 
@@ -105,13 +107,14 @@ class BackendSpec:
             obj = getattr(obj, part)
         return obj
 
-    def open(self, path: Path, options: Any) -> Any:
-        """Open one component of an engine folder (`path`: its file or folder) with SessionOptions. A
-        folder backend runs in a worker process whose own interpreter has the library (and which says
-        what is missing when it starts), so only a graph backend's modules are checked here."""
+    def open(self, path: Path, options: Any, **context: Any) -> Any:
+        """Open one component of an engine folder (`path`: its file or folder) with SessionOptions and the
+        opener's `context`. A folder backend runs in a worker process whose own interpreter has the
+        library (and which says what is missing when it starts), so only a graph backend's modules are
+        checked here."""
         if self.artifact != FOLDER:
             self.require(str(path))
-        return self.factory()(path, options)
+        return self.factory()(path, options, **context)
 
 
 _ORT = Requirement("onnxruntime", "pip install onnxruntime")

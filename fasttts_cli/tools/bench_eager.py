@@ -51,7 +51,7 @@ def bench_eager(
         tm = torch.tensor([mel.shape[-1]])
         prompt = s2.length_regulator(s_ref, torch.tensor([s_ref.shape[1]]), tm)
         lat = uv.speaker_latents(spk)
-        emovec = uv.emotion_vector(emo, spk, 1.0)
+        emovec = uv.emotion_conditioning(emo, spk, 1.0).emovec
         return lat, emovec, style, mel, prompt
 
     t_cold, _ = common.timed(voice_prep)

@@ -66,7 +66,8 @@ def write_random_checkpoint(out: Path, seed: int = 0) -> Path:
 
     from fasttts_cli.build import tiny
     from fasttts_cli.nets.campplus import CAMPPlus
-    from fasttts_cli.nets.codec import CodecSizes, SemanticCodec
+    from fasttts_cli.nets.codec import SemanticCodec
+    from fasttts_cli.nets.config import SemanticCodecConfig
     from fasttts_cli.nets.random_modules import random_bigvgan, random_s2mel, random_unified_voice
 
     def state(m: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -116,7 +117,7 @@ def write_random_checkpoint(out: Path, seed: int = 0) -> Path:
         save_file(state(w2v), str(w2v_dir / "model.safetensors"), metadata={"format": "pt"})
         del w2v
         gc.collect()
-        codec = SemanticCodec(CodecSizes())
+        codec = SemanticCodec(SemanticCodecConfig(**cfg["semantic_codec"]))
         tiny._randomize(codec, g)
         save_file(state(codec), str(hf / "semantic_codec_model.safetensors"), metadata={"format": "pt"})
         camp = CAMPPlus()

@@ -243,19 +243,24 @@ def engine_identity(manifest: Manifest) -> str:
 # ------------------------------------------------------------------------------------------- files
 
 
+def _check_engine(ps: PolicySet, manifest: Manifest, where: Path, hint: str) -> None:
+    """Refuse a policy calibrated for another engine, whether about to be written or found in the folder."""
+    want = engine_identity(manifest)
+    if ps.engine_id != want:
+        raise EngineMismatchError(
+            f"{where}: this s2mel cache policy belongs to another engine (calibrated for engine "
+            f"{ps.engine_id[:16]}, this engine is {want[:16]}: a different checkpoint or DiT precision)",
+            hint=hint,
+        )
+
+
 def write_policy_set(engine_dir: Path | str, ps: PolicySet) -> Path:
     """Write the policy file atomically into the engine folder and record it in the manifest (its
     `s2mel_cache_policy` entry changes the engine's identity, so cached audio keyed on it is redone).
     Refuses a policy calibrated for another engine."""
     folder = Path(engine_dir)
     manifest = read_manifest(folder)
-    want = engine_identity(manifest)
-    if ps.engine_id != want:
-        raise EngineMismatchError(
-            f"{folder}: this s2mel cache policy was calibrated for engine {ps.engine_id[:16]}, "
-            f"not this one ({want[:16]})",
-            hint="calibrate on this engine with `fasttts calibrate --engine`",
-        )
+    _check_engine(ps, manifest, folder, "calibrate on this engine with `fasttts calibrate --engine`")
     text = ps.to_json()
     tmp = folder / (POLICY_FILE + ".tmp")
     tmp.write_text(text, encoding="utf-8")
@@ -281,13 +286,7 @@ def read_policy_set(engine_dir: Path | str, manifest: Manifest | None = None) ->
         return None
     manifest = manifest or read_manifest(folder)
     ps = PolicySet.from_json(path.read_text(encoding="utf-8"), str(path))
-    want = engine_identity(manifest)
-    if ps.engine_id != want:
-        raise EngineMismatchError(
-            f"{path}: this s2mel cache policy belongs to another engine (calibrated for {ps.engine_id[:16]}, "
-            f"this engine is {want[:16]}: a different checkpoint or DiT precision)",
-            hint="recalibrate with `fasttts calibrate --engine` or use cache level T0",
-        )
+    _check_engine(ps, manifest, path, "recalibrate with `fasttts calibrate --engine` or use cache level T0")
     return ps
 
 
