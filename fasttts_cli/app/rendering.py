@@ -9,6 +9,7 @@ re-planned. Render batches group lines of similar target length (less padding in
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from fasttts_cli.app.job import UNTIMED_PAUSE, DubOptions, JobInputs, LineState, OutputPaths, timing_options
@@ -96,46 +97,55 @@ def render_all(
     # Similar target lengths together; the order of lines does not change any line's audio.
     todo.sort(key=lambda i: timings[i].natural if timings[i].target is None else timings[i].target)
     rep.event("render", to_render=len(todo), cached=len(hits))
-    done = [0]
+    run = _Renderer(o, rep, synth, states, plans, cache, len(todo))
     try:
         with rep.stage("render"):
             rep.stage_progress("render", 0, len(todo), unit="lines")
             size = max(1, o.batch_size)
             for lo in range(0, len(todo), size):
-                _render_batch(o, rep, synth, states, todo[lo : lo + size], plans, cache, done, len(todo))
+                run.batch(todo[lo : lo + size])
     except KeyboardInterrupt:
         rep.event("error", ok=False, error="interrupted", exit_code=130)
         raise DubInterrupted(
-            f"interrupted while rendering: every line is planned and {done[0]} of the {len(todo)} lines to "
-            f"render are finished, all cached in {paths.work_dir}; run the same command again to resume"
+            f"interrupted while rendering: every line is planned and {run.done} of the {len(todo)} lines "
+            f"to render are finished, all cached in {paths.work_dir}; run the same command again to resume"
         ) from None
     return todo
 
 
-def _render_batch(
-    o: DubOptions,
-    rep: Reporter,
-    synth: Synthesizer,
-    states: dict[int, LineState],
-    ids: list[int],
-    plans: LineCache,
-    cache: LineCache,
-    done: list[int],
-    total: int,
-) -> None:
-    items = [_render_request(states[i], plans) for i in ids]
-    t0 = time.monotonic()
+def render_one(synth: Synthesizer, request: SynthRequest, plan: LinePlan, frames: int | None) -> SynthResult:
+    """One line rendered to `frames` (None: its natural length), for `fasttts synth`."""
+    (out,) = render_rows(synth, [RenderRequest(request, plan, frames)], lambda k, r, s: None)
+    return out
 
-    def row(k: int, res: SynthResult, seconds: float) -> None:
-        # Cached the moment it is ready: an interrupt keeps every rendered line.
-        _store(o, rep, cache, states[ids[k]], res)
-        done[0] += 1
-        rep.stage_progress("render", done[0], total, unit="lines")
 
-    results = render_rows(synth, items, row)
-    if len(results) != len(items):
-        raise SynthesisError(f"{synth.name} engine rendered {len(results)} lines of {len(items)}")
-    rep.debug(f"rendered {len(ids)} lines in {time.monotonic() - t0:.2f} s")
+@dataclass
+class _Renderer:
+    """The render stage's state across batches: where plans come from, where renders go, the count."""
+
+    o: DubOptions
+    rep: Reporter
+    synth: Synthesizer
+    states: dict[int, LineState]
+    plans: LineCache
+    cache: LineCache
+    total: int
+    done: int = 0
+
+    def batch(self, ids: list[int]) -> None:
+        items = [_render_request(self.states[i], self.plans) for i in ids]
+        t0 = time.monotonic()
+
+        def row(k: int, res: SynthResult, seconds: float) -> None:
+            # Cached the moment it is ready: an interrupt keeps every rendered line.
+            _store(self.o, self.rep, self.cache, self.states[ids[k]], res)
+            self.done += 1
+            self.rep.stage_progress("render", self.done, self.total, unit="lines")
+
+        results = render_rows(self.synth, items, row)
+        if len(results) != len(items):
+            raise SynthesisError(f"{self.synth.name} engine rendered {len(results)} lines of {len(items)}")
+        self.rep.debug(f"rendered {len(ids)} lines in {time.monotonic() - t0:.2f} s")
 
 
 def _render_request(st: LineState, plans: LineCache) -> RenderRequest:

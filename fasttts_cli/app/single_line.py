@@ -19,6 +19,7 @@ from fasttts_cli.app.engine_load import (
 from fasttts_cli.app.inspection import forecast_duration
 from fasttts_cli.app.job import AUDIO_EXTS, SYNTH_FAILURE_POLICIES, DubOptions, LineState, check_writable
 from fasttts_cli.app.progress import QUIET, Reporter
+from fasttts_cli.app.rendering import render_one
 from fasttts_cli.app.synthesis import seed_of, synth_with_guard
 from fasttts_cli.dubbing.cache import line_seed
 from fasttts_cli.errors import SynthesisError, UsageError
@@ -26,11 +27,9 @@ from fasttts_cli.synth.engine_select import EngineSelection, select_engine
 from fasttts_cli.synth.synthesizer import (
     EmotionSpec,
     LinePlan,
-    RenderRequest,
     Synthesizer,
     SynthRequest,
     SynthResult,
-    render_rows,
     renders_to_length,
 )
 
@@ -72,12 +71,10 @@ def synth_one(
         raise UsageError(f"--max-retries must be >= 0 (got {so.max_retries})")
     if so.duration is not None and not (math.isfinite(so.duration) and so.duration > 0):
         raise UsageError(f"--duration must be a positive number of seconds (got {so.duration})")
-    for flag, v in (
-        ("--max-render-speedup", so.max_render_speedup),
-        ("--max-render-slowdown", so.max_render_slowdown),
-    ):
-        if not (math.isfinite(v) and v >= 1.0):
-            raise UsageError(f"{flag} must be a number >= 1.0 (got {v})")
+    from fasttts_cli.dubbing.timing import TimingOptions
+
+    # the render caps' checks and messages are the timing solver's
+    TimingOptions(max_render_speedup=so.max_render_speedup, max_render_slowdown=so.max_render_slowdown)
     if so.output.suffix.lower() not in AUDIO_EXTS:
         raise UsageError(f"-o/--output {so.output}: the extension must be one of {', '.join(AUDIO_EXTS)}")
     check_writable(so.output.parent if str(so.output.parent) else Path("."), "-o/--output")
@@ -174,8 +171,7 @@ def _render(so: SynthOptions, synth: Synthesizer, st: LineState, plan: LinePlan,
         frames = max(1, round(so.duration * plan.sample_rate / int(synth.hop)))  # type: ignore[attr-defined]
     assert st.voice is not None
     req = SynthRequest(line_id="1", text=st.line.text, voice=st.voice, seed=seed)
-    (out,) = render_rows(synth, [RenderRequest(req, plan, frames)], lambda k, r, s: None)
-    return out
+    return render_one(synth, req, plan, frames)
 
 
 @dataclass(frozen=True)

@@ -26,13 +26,12 @@ from fasttts_cli.cli.shared import (
     EmotionAudioOpt,
     EmotionVectorOpt,
     EngineOpt,
-    FitOpt,
     Job,
     MaxRenderSlowdownOpt,
     MaxRenderSpeedupOpt,
-    MinGapOpt,
     PresetOpt,
     ScriptFlags,
+    TimingFlags,
     app,
     command,
     emotion_spec,
@@ -90,20 +89,7 @@ def dub(
     ] = False,
     on_line_failure: Annotated[str, typer.Option("--on-line-failure", help="fail | silence | skip")] = "fail",
     max_retries: MaxRetriesOpt = 2,
-    max_speedup: Annotated[
-        float, typer.Option("--max-speedup", help="DSP tempo cap after rendering (1.25 = 25% faster).")
-    ] = 1.25,
-    max_slowdown: Annotated[
-        float, typer.Option("--max-slowdown", help="DSP slow-down cap (1.0 = never slow down).")
-    ] = 1.0,
-    fit: FitOpt = "model",
-    max_render_speedup: MaxRenderSpeedupOpt = 1.25,
-    max_render_slowdown: MaxRenderSlowdownOpt = 1.25,
-    min_gap: MinGapOpt = 0.08,
-    max_factor_step: Annotated[
-        float, typer.Option("--max-factor-step", help="Max tempo difference of neighbours.")
-    ] = 0.1,
-    overflow: Annotated[str, typer.Option("--overflow", help="shift | overlap | truncate | fail")] = "shift",
+    timing: TimingFlags,
     mix: Annotated[str, typer.Option("--mix", help="replace | keep | duck | background")] = "replace",
     background: Annotated[
         Path | None, typer.Option("--background", help="Music-and-effects stem under the dub.")
@@ -126,7 +112,7 @@ def dub(
     emotion_alpha: EmotionAlphaOpt = 1.0,
 ) -> Job:
     """Dub a subtitle/script file: synthesize every line, fit it to its slot, mix, mux."""
-    params = dict(locals(), **reading)  # the flags, named as DubOptions' fields
+    params = dict(locals(), **reading, **timing)  # the flags, named as DubOptions' fields
     from fasttts_cli.app.pipeline import DubOptions, run_dub
 
     opts = options_from(DubOptions, params, voices=list(voice or []))
@@ -227,18 +213,13 @@ def inspect(
     engine: EngineOpt = None,
     *,
     reading: ScriptFlags,
-    max_speedup: Annotated[
-        float, typer.Option("--max-speedup", help="Tempo cap for the forecast (as for dub).")
-    ] = 1.25,
-    fit: FitOpt = "model",
-    max_render_speedup: MaxRenderSpeedupOpt = 1.25,
-    min_gap: MinGapOpt = 0.08,
+    timing: TimingFlags,
     only: Annotated[
         str | None, typer.Option("--only", metavar="3,7-9", help="Batch just these lines, as dub would.")
     ] = None,
 ) -> Job:
     """Show cues, speakers, batches and a timing forecast (no model is loaded)."""
-    params = dict(locals(), **reading)  # the flags, named as DubOptions' fields
+    params = dict(locals(), **reading, **timing)  # the flags, named as DubOptions' fields
     from fasttts_cli.app.inspection import inspect_job
     from fasttts_cli.app.job import DubOptions
 

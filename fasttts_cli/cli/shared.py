@@ -95,6 +95,16 @@ NamePrefixOpt = Annotated[bool, typer.Option("--name-prefix", help="Read 'Name: 
 BatchSizeOpt = Annotated[int, typer.Option("--batch-size", help="Lines per synthesis batch.")]
 MaxBatchTokensOpt = Annotated[int, typer.Option("--max-batch-tokens", help="Padded tokens per batch.")]
 MinGapOpt = Annotated[float, typer.Option("--min-gap", help="Seconds kept between lines.")]
+MaxSpeedupOpt = Annotated[
+    float, typer.Option("--max-speedup", help="DSP tempo cap after rendering (1.25 = 25% faster).")
+]
+MaxSlowdownOpt = Annotated[
+    float, typer.Option("--max-slowdown", help="DSP slow-down cap (1.0 = never slow down).")
+]
+MaxFactorStepOpt = Annotated[
+    float, typer.Option("--max-factor-step", help="Max tempo difference of neighbours.")
+]
+OverflowOpt = Annotated[str, typer.Option("--overflow", help="shift | overlap | truncate | fail")]
 FitOpt = Annotated[
     str,
     typer.Option(
@@ -169,6 +179,24 @@ ScriptFlags = Annotated[
             ("allow_overlap", AllowOverlapOpt, False),
             ("batch_size", BatchSizeOpt, 8),
             ("max_batch_tokens", MaxBatchTokensOpt, 2000),
+        )
+    ),
+]
+
+
+# How dub fits lines to their slots, and inspect forecasts it (DubOptions' timing fields).
+TimingFlags = Annotated[
+    dict[str, Any],
+    FlagGroup(
+        (
+            ("max_speedup", MaxSpeedupOpt, 1.25),
+            ("max_slowdown", MaxSlowdownOpt, 1.0),
+            ("fit", FitOpt, "model"),
+            ("max_render_speedup", MaxRenderSpeedupOpt, 1.25),
+            ("max_render_slowdown", MaxRenderSlowdownOpt, 1.25),
+            ("min_gap", MinGapOpt, 0.08),
+            ("max_factor_step", MaxFactorStepOpt, 0.1),
+            ("overflow", OverflowOpt, "shift"),
         )
     ),
 ]
