@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -55,3 +56,29 @@ def test_model_fit_needs_less_dsp_than_stretch(tmp_path: Path) -> None:
     assert model["stretched"] < stretch["stretched"]
     assert r["artifact_proxy"]["lines_compared"] >= 3
     assert "| model |" in fit_bench.table(r)
+
+
+@pytest.mark.slow
+def test_dense_script_with_the_draft_voice_lands_on_target_without_dsp(tmp_path: Path) -> None:
+    """The issue's check: on samples/dense.tsv, every line whose target is inside the render bounds has
+    no DSP tempo and is placed within 0.02 s of its target; the mix meets its loudness target."""
+    from fasttts_cli.app.pipeline import DubOptions, run_dub
+
+    root = Path(__file__).resolve().parent.parent
+    voices = [f"ALICE={root / 'samples/voices/alice.wav'}", f"BOB={root / 'samples/voices/bob.wav'}"]
+    o = DubOptions(
+        script=root / "samples" / "dense.tsv", voices=voices, lang="eng", output_dir=tmp_path, engine="draft"
+    )
+    res = run_dub(o)
+    report = json.loads(Path(res.report_path).read_text())
+    inside = [
+        ln
+        for ln in report["lines"]
+        if 1 / 1.25 - 1e-6 < ln["factor"] < 1.25 - 1e-6 and ln["frames"] is not None
+    ]
+    assert len(inside) >= len(report["lines"]) // 2  # the script is dense: most lines are rendered to fit
+    for ln in inside:
+        assert ln["stretch_factor"] == 1.0, ln
+        assert abs(ln["duration"] - ln["target"]) <= 0.02, ln
+    assert max(abs(ln["residual"] - 1.0) for ln in inside) < 0.1
+    assert abs(res.lines["loudness_lufs"] - (-23.0)) <= 0.5
