@@ -82,7 +82,7 @@ def _current(folder: Path) -> bool:
     """A cached engine this runtime still drives (an export change such as a new graph input makes it
     stale)."""
     from fasttts_cli.errors import FastTTSError
-    from fasttts_cli.indextts2.components import S2MEL_CONTENT, takes_target_frames
+    from fasttts_cli.indextts2.components import built_for_target_frames
     from fasttts_cli.indextts2.engine import check_manifest
     from fasttts_cli.spec.engine_folder import read_manifest
 
@@ -94,7 +94,7 @@ def _current(folder: Path) -> bool:
     except FastTTSError:
         return False
     # an engine from before s2mel_content took its target frames still runs (natural length only)
-    return takes_target_frames(set(manifest.components[S2MEL_CONTENT].inputs))
+    return built_for_target_frames(manifest)
 
 
 def parity_engine_for(case: ParityCase) -> Path:

@@ -130,6 +130,13 @@ def takes_target_frames(s2mel_content_inputs: set[str]) -> bool:
     return S2MEL_TARGET in s2mel_content_inputs
 
 
+def built_for_target_frames(manifest: Manifest) -> bool:
+    """Whether an engine folder's s2mel_content takes its target frames, from the manifest alone (a
+    folder built before it did still runs, at the natural length: a cache of built engines rebuilds it)."""
+    comp = manifest.components.get(S2MEL_CONTENT)
+    return comp is not None and takes_target_frames(set(comp.inputs))
+
+
 def _component_problems(name: str, comp: ComponentEntry, layers: int, folder: Path) -> list[str]:
     kind = artifact(name)
     runs = registry.with_artifact(kind)
