@@ -82,16 +82,19 @@ def _current(folder: Path) -> bool:
     """A cached engine this runtime still drives (an export change such as a new graph input makes it
     stale)."""
     from fasttts_cli.errors import FastTTSError
+    from fasttts_cli.indextts2.components import built_for_target_frames
     from fasttts_cli.indextts2.engine import check_manifest
     from fasttts_cli.spec.engine_folder import read_manifest
 
     if not (folder / "manifest.json").is_file():
         return False
     try:
-        check_manifest(read_manifest(folder), folder)
+        manifest = read_manifest(folder)
+        check_manifest(manifest, folder)
     except FastTTSError:
         return False
-    return True
+    # an engine from before s2mel_content took its target frames still runs (natural length only)
+    return built_for_target_frames(manifest)
 
 
 def parity_engine_for(case: ParityCase) -> Path:

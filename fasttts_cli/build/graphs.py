@@ -12,6 +12,7 @@ from torch import nn
 
 from fasttts_cli.indextts2 import decode as dec
 from fasttts_cli.nets.checkpoint import IndexTTS2Modules
+from fasttts_cli.nets.s2mel import target_lengths
 from fasttts_cli.spec.presets import ComponentSpec, Preset
 
 
@@ -25,14 +26,18 @@ class _W2V(nn.Module):
 
 
 class _S2MelContent(nn.Module):
-    """(latent (B,n,D), vq_emb (B,n,C), code_lens (B,)) -> (cond (B, max floor(1.72 n), C'), ylens (B,))."""
+    """(latent (B,n,D), vq_emb (B,n,C), code_lens (B,), ylens (B,)) -> cond (B, max ylens, C'). The target
+    frames are an input, not floor(1.72 n) inside the graph: the host renders a line to any length (its
+    natural one is `IndexTTS2Engine.target_lengths`)."""
 
     def __init__(self, s2mel: nn.Module) -> None:
         super().__init__()
         self.s2mel = s2mel
 
-    def forward(self, latent: torch.Tensor, vq_emb: torch.Tensor, code_lens: torch.Tensor):
-        return self.s2mel.content(latent, vq_emb, code_lens)
+    def forward(
+        self, latent: torch.Tensor, vq_emb: torch.Tensor, code_lens: torch.Tensor, ylens: torch.Tensor
+    ) -> torch.Tensor:
+        return self.s2mel.content(latent, vq_emb, code_lens, ylens)[0]
 
 
 class _LengthRegulator(nn.Module):
@@ -258,7 +263,10 @@ def graph_specs(m: IndexTTS2Modules) -> list[GraphSpec]:
 
     def content_in(b, t, g):
         lens = _lengths(b, t, g, low=2)
-        return _randn(g, b, t, lat_dim), _randn(g, b, t, width), lens
+        # row 0 at its natural length, the others within +-25% of theirs (a line fitted to its slot)
+        ylens = (target_lengths(lens) * (0.75 + 0.5 * torch.rand(b, generator=g))).long().clamp(min=1)
+        ylens[0] = target_lengths(lens[:1])[0]
+        return _randn(g, b, t, lat_dim), _randn(g, b, t, width), lens, ylens
 
     def lr_in(b, t, g):
         lens = _lengths(b, t, g, low=2)
@@ -347,9 +355,9 @@ def graph_specs(m: IndexTTS2Modules) -> list[GraphSpec]:
             "s2mel",
             _S2MelContent(m.s2mel),
             content_in,
-            ["latent", "vq_emb", "code_lens"],
-            ["cond", "ylens"],
-            {"latent": bt, "vq_emb": bt, "code_lens": b_, "cond": {0: "batch", 1: "frames"}, "ylens": b_},
+            ["latent", "vq_emb", "code_lens", "ylens"],
+            ["cond"],
+            {"latent": bt, "vq_emb": bt, "code_lens": b_, "ylens": b_, "cond": {0: "batch", 1: "frames"}},
         ),
         GraphSpec(
             "length_regulator",

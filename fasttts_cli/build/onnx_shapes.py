@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 # Components whose outputs have value-dependent sizes: the TensorRT session gives these an output
-# allocator (frames = floor(1.72 * code_lens) / max(y_lens): the sizes the CFM then runs at).
+# allocator (frames = max(ylens) / max(y_lens), the target frames given as inputs: the sizes the CFM
+# then runs at).
 VALUE_DEPENDENT_OUTPUTS: dict[str, frozenset[str]] = {
     "s2mel_content": frozenset({"cond"}),
     "length_regulator": frozenset({"y"}),

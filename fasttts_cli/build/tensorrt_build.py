@@ -99,8 +99,9 @@ def axis_ranges(
     if component == "gpt_trunk":
         return trunk_ranges(limits, n_conds, int(c.get("gpt", {}).get("heads", 20)))
     if component == "s2mel_content":
-        # `cond` has floor(1.72 * code_lens) frames: a size from input values, so no profile axis (the
-        # session gives it an output allocator; onnx_shapes.VALUE_DEPENDENT_OUTPUTS)
+        # `cond` has max(ylens) frames (the target frames, an input): a size from input values, so no
+        # profile axis (the session gives it an output allocator; onnx_shapes.VALUE_DEPENDENT_OUTPUTS);
+        # `ylens` (batch,) rides on the batch axis
         return {"batch": batch, "time": _r(1, 200, limits.max_mel_tokens + 1)}
     if component == "length_regulator":
         # `y` has max(y_lens) frames: value-dependent like s2mel_content's `cond`

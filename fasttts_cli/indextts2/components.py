@@ -8,7 +8,7 @@ GPT as a worker folder on a backend whose artifact is a folder (TensorRT-LLM).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,11 +55,16 @@ _FIXED_IO: dict[str, IO] = {
     CAMPPLUS: (("fbank",), ("style",)),
     SPEAKER_CONDITIONER: (("features", "lengths"), ("latents",)),
     EMOTION_CONDITIONER: (("features", "lengths"), ("emovec",)),
-    S2MEL_CONTENT: (("latent", "vq_emb", "code_lens"), ("cond", "ylens")),
+    S2MEL_CONTENT: (("latent", "vq_emb", "code_lens", "ylens"), ("cond",)),
     LENGTH_REGULATOR: (("x", "x_lens", "y_lens"), ("y",)),
     DIT_CFG_STEP: (("x", "prompt_x", "x_lens", "t", "style", "mu", "cfg_rate", "prompt_lens"), ("v",)),
     VOCODER: (("mel", "lengths"), ("wav",)),
 }
+
+# s2mel_content as engines built before it took its target frames had it: floor(1.72 n) inside the graph,
+# `ylens` an output. Such an engine still speaks at the natural length; it cannot render to a length.
+S2MEL_TARGET = "ylens"
+_S2MEL_CONTENT_FIXED_LENGTH: IO = (("latent", "vq_emb", "code_lens"), ("cond", "ylens"))
 
 # The forms the GPT comes in, first match wins: a TensorRT-LLM build replaces the trunk graph by the
 # worker's folder. Each names the registry artifact kind its backend must make.
@@ -109,12 +114,27 @@ def required_io(layers: int) -> dict[str, IO]:
 def io_matches(name: str, layers: int, inputs: set[str], outputs: set[str] | None = None) -> bool:
     """A component's input names equal, and its outputs include, what this runtime uses. The GPT trunk
     comes in two forms: the classic one (past/present concatenated) and the in-place one
-    (decode_inplace.py), which ONNX Runtime CPU engines get."""
+    (decode_inplace.py), which ONNX Runtime CPU engines get; s2mel_content may be the fixed-length form
+    of older engines (`takes_target_frames` tells them apart)."""
     ins, outs = required_io(layers)[name]
-    forms = [set(ins)]
+    forms: list[tuple[Sequence[str], Sequence[str]]] = [(ins, outs)]
     if name == GPT_TRUNK:
-        forms.append(set(inplace_inputs(layers)))
-    return inputs in forms and (outputs is None or set(outs) <= outputs)
+        forms.append((inplace_inputs(layers), outs))
+    if name == S2MEL_CONTENT:
+        forms.append(_S2MEL_CONTENT_FIXED_LENGTH)
+    return any(inputs == set(i) and (outputs is None or set(o) <= outputs) for i, o in forms)
+
+
+def takes_target_frames(s2mel_content_inputs: set[str]) -> bool:
+    """Whether an s2mel_content graph with these inputs renders to given target frames (see S2MEL_TARGET)."""
+    return S2MEL_TARGET in s2mel_content_inputs
+
+
+def built_for_target_frames(manifest: Manifest) -> bool:
+    """Whether an engine folder's s2mel_content takes its target frames, from the manifest alone (a
+    folder built before it did still runs, at the natural length: a cache of built engines rebuilds it)."""
+    comp = manifest.components.get(S2MEL_CONTENT)
+    return comp is not None and takes_target_frames(set(comp.inputs))
 
 
 def _component_problems(name: str, comp: ComponentEntry, layers: int, folder: Path) -> list[str]:

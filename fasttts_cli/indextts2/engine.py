@@ -36,12 +36,14 @@ from fasttts_cli.indextts2.components import (
     GPT_TRUNK,
     MODEL_ID,
     S2MEL_CONTENT,
+    S2MEL_TARGET,
     VOCODER,
     check_manifest,
     emotion_matrices,
     gpt_tokens,
     load_text_front_end,
     resolve_preset,
+    takes_target_frames,
 )
 from fasttts_cli.indextts2.decode_inplace import InplaceGPTDecoder, decoder_for
 from fasttts_cli.indextts2.folder_sessions import FolderSessions
@@ -263,19 +265,43 @@ class IndexTTS2Engine(VoiceFlow, SessionVoiceStages):
         n = np.asarray(code_lens, np.int64)
         return (n.astype(np.float32) * np.float32(self.code_to_frames)).astype(np.int64)
 
+    @property
+    def renders_to_length(self) -> bool:
+        """Whether s2mel_content takes its target frames (engines built before it did cannot render a
+        line to a length); read from the session's inputs."""
+        return takes_target_frames({i.name for i in self.session(S2MEL_CONTENT).inputs})
+
     def s2mel_content(
-        self, latents: Sequence[np.ndarray], codes: Sequence[np.ndarray]
+        self,
+        latents: Sequence[np.ndarray],
+        codes: Sequence[np.ndarray],
+        frames: Sequence[int | None] | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Stage 4.1: (cond (B, max Tg, C) zero past each row's Tg, ylens (B,) = floor(1.72 n))."""
+        """Stage 4.1: (cond (B, max Tg, C) zero past each row's Tg, ylens (B,) = Tg). Tg: `frames[b]`,
+        or where that is None (or `frames` is) the natural floor(1.72 n)."""
         lens = np.array([np.asarray(c).size for c in codes], np.int64)
         if (lens < 1).any():
             raise ValueError("s2mel needs at least one code per row")
-        with self.times.time("s2mel_content"):
-            vq = self.vq2emb(codes)
-            lat = _pad_stack([np.asarray(x, np.float32) for x in latents])
-            out = self.session(S2MEL_CONTENT).run(
-                ["cond", "ylens"], {"latent": lat, "vq_emb": vq, "code_lens": lens}
+        ylens = self.target_lengths(lens)
+        fixed = frames is not None and any(f is not None for f in frames)
+        if fixed:
+            ylens = np.array(
+                [y if f is None else int(f) for y, f in zip(ylens, frames, strict=True)], np.int64
             )
+            if (ylens < 1).any():
+                raise ValueError(f"s2mel target frames must be >= 1, got {ylens.tolist()}")
+        with self.times.time("s2mel_content"):
+            sess = self.session(S2MEL_CONTENT)
+            feeds = {"latent": _pad_stack([np.asarray(x, np.float32) for x in latents]), "code_lens": lens}
+            feeds["vq_emb"] = self.vq2emb(codes)
+            if self.renders_to_length:
+                return sess.run(["cond"], {**feeds, S2MEL_TARGET: ylens})["cond"], ylens
+            if fixed:
+                raise EngineMismatchError(
+                    f"{self.folder}: this engine was built before s2mel could render a line to a length",
+                    hint="rebuild it with `fasttts build --checkpoint DIR --preset PRESET`",
+                )
+            out = sess.run(["cond", "ylens"], feeds)
         return out["cond"], out["ylens"].astype(np.int64)
 
     def cfm_inputs(
@@ -361,19 +387,27 @@ class IndexTTS2Engine(VoiceFlow, SessionVoiceStages):
         cfg_rate: float = 0.7,
         schedule: str = "uniform",
         cache_level: str | None = None,
+        frames: Sequence[int | None] | None = None,
     ) -> list[np.ndarray]:
         """Latent pass, s2mel and vocoder for a batch of rows (each with >= 1 code). `noises[b]`: the
-        CFM start noise (n_mels, Tm_b + Tg_b), or a generator to draw it from. The latent pass runs
+        CFM start noise (n_mels, Tm_b + Tg_b), or a generator to draw it from. `frames[b]`: row b's mel
+        frames Tg_b, so hop * Tg_b samples (None: the natural floor(1.72 n)). The latent pass runs
         the whole batch; s2mel and the vocoder take `s2mel_rows` lines per call (every stage is per
         row, so the grouping changes only the time)."""
         lat = self.latent(prefixes, codes)
         n = len(voices)
         size = self.s2mel_rows(n)
+        targets = list(frames) if frames is not None else [None] * n
         wavs: list[np.ndarray] = []
         for lo in range(0, n, size):
             part = slice(lo, lo + size)
             wavs += self._mels_to_wavs(
-                voices[part], lat[part], codes[part], noises[part], steps, cfg_rate, schedule, cache_level
+                voices[part],
+                lat[part],
+                codes[part],
+                noises[part],
+                (steps, cfg_rate, schedule, cache_level),
+                targets[part],
             )
         return wavs
 
@@ -393,15 +427,13 @@ class IndexTTS2Engine(VoiceFlow, SessionVoiceStages):
         lat: Sequence[np.ndarray],
         codes: Sequence[np.ndarray],
         noises: Sequence[np.ndarray | np.random.Generator],
-        steps: int,
-        cfg_rate: float,
-        schedule: str,
-        cache_level: str | None,
+        run: tuple[int, float, str, str | None],
+        frames: Sequence[int | None],
     ) -> list[np.ndarray]:
-        cond, ylens = self.s2mel_content(lat, codes)
+        cond, ylens = self.s2mel_content(lat, codes, frames)
         inp = self.cfm_inputs(voices, cond, ylens)
         z = cfm_stage.start_noise(noises, inp.x_lens, self.mel_params.n_mels)
-        x = self.cfm(inp, z, steps, cfg_rate, schedule, cache_level)
+        x = self.cfm(inp, z, *run)
         mels = [x[b, :, int(inp.prompt_lens[b]) : int(inp.x_lens[b])] for b in range(len(voices))]
         return self.vocode(mels)
 

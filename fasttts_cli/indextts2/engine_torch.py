@@ -36,6 +36,7 @@ from fasttts_cli.indextts2.generate_loop import line_decoders
 from fasttts_cli.indextts2.sampling import Decoded, SamplingParams
 from fasttts_cli.indextts2.stages import StageTimes
 from fasttts_cli.indextts2.voice import VoiceConditioning, VoiceFlow, cond_lengths
+from fasttts_cli.nets.s2mel import target_lengths
 from fasttts_cli.spec.presets import Preset, load_preset
 
 BACKEND = "torch"
@@ -83,6 +84,7 @@ class TorchEngine(VoiceFlow):
     """Stage API over loaded modules (see the module docstring)."""
 
     voice_chains_side_by_side = False  # one device stream: the chains gain nothing from two threads
+    renders_to_length = True  # the s2mel net takes its target frames (codes_to_wavs `frames`)
 
     def __init__(self, modules: Any, preset: Preset, *, device: torch.device | str | None = None) -> None:
         self.modules = modules
@@ -268,8 +270,10 @@ class TorchEngine(VoiceFlow):
         cfg_rate: float = 0.7,
         schedule: str = "uniform",
         cache_level: str | None = None,
+        frames: Sequence[int | None] | None = None,
     ) -> list[np.ndarray]:
-        """Latent pass, s2mel and vocoder for a batch of rows (as `IndexTTS2Engine.codes_to_wavs`)."""
+        """Latent pass, s2mel and vocoder for a batch of rows (as `IndexTTS2Engine.codes_to_wavs`,
+        `frames` too)."""
         if cache_level not in (None, "T0"):
             # A per-line override reaches here; the preset itself was checked at load.
             raise UsageError(f"s2mel cache_level {cache_level!r}: the torch backend has no s2mel cache")
@@ -282,7 +286,13 @@ class TorchEngine(VoiceFlow):
             for i, c in enumerate(codes):
                 padded[i, : np.asarray(c).size] = np.asarray(c).reshape(-1)
             vq = self.codec.vq2emb(torch.from_numpy(padded).to(dev))
-            cond, ylens = self.s2mel.content(lat, vq, lens)
+            target = self.target_lengths(lens.tolist())
+            if frames is not None:
+                pairs = zip(target.tolist(), frames, strict=True)
+                target = np.array([t if f is None else int(f) for t, f in pairs], np.int64)
+            if (target < 1).any():
+                raise ValueError(f"s2mel target frames must be >= 1, got {target.tolist()}")
+            cond, ylens = self.s2mel.content(lat, vq, lens, torch.from_numpy(target).to(dev))
         rows = [
             torch.cat([torch.from_numpy(v.prompt_condition).to(dev), cond[b, : int(ylens[b])]], 0)
             for b, v in enumerate(voices)
@@ -319,6 +329,10 @@ class TorchEngine(VoiceFlow):
             wavs = self.vocoder(mels)
             out = [w.cpu().numpy().astype(np.float32) for w in wavs]
         return out
+
+    def target_lengths(self, code_lens: Sequence[int]) -> np.ndarray:
+        """The natural mel frames of rows of n codes: floor(1.72 n), as the s2mel net computes it."""
+        return target_lengths(torch.tensor([int(n) for n in code_lens], dtype=torch.int64)).numpy()
 
     def _sync(self) -> None:
         if self.device.type == "cuda":

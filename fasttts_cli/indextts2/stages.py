@@ -109,6 +109,11 @@ class EngineStages(Protocol):
     @property
     def max_codes(self) -> int: ...
 
+    @property
+    def renders_to_length(self) -> bool:
+        """Whether `codes_to_wavs(frames=)` renders rows to given lengths (an old engine folder cannot)."""
+        ...
+
     def identity(self) -> str: ...
 
     def close(self) -> None: ...
@@ -132,7 +137,11 @@ class EngineStages(Protocol):
 
     def latent(self, prefixes: Sequence[Any], codes: Sequence[np.ndarray]) -> list[Any]: ...
 
+    def target_lengths(self, code_lens: Sequence[int]) -> np.ndarray:
+        """The natural mel frames of rows of n codes (floor(1.72 n)); hop samples each."""
+        ...
+
     def codes_to_wavs(self, voices: Sequence[VoiceConditioning], *rows: Sequence, **cfm: Any) -> list[Any]:
         """Latent pass, s2mel and vocoder: rows = (prefixes, codes, CFM start noises); cfm = the run's
-        steps / cfg_rate / schedule / cache_level."""
+        steps / cfg_rate / schedule / cache_level, and `frames` (per row mel frames, None: natural)."""
         ...

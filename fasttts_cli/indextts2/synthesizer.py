@@ -7,6 +7,13 @@ its random generators, derived from the request's seed and the segment's index, 
 CFM start noise, so a line's audio never depends on its batch-mates (batch == single, which the pipeline's
 per-line cache relies on). A failure is caught per line: a failing batch is re-run line by line.
 
+Two phases (synth.synthesizer's contract): `plan` runs the GPT and keeps each line's codes (its natural
+length follows from them: floor(1.72 n) frames per segment); `render` runs the latent pass, s2mel and
+the vocoder from those codes, at the natural length or at exactly `frames * hop` samples, which the
+length regulator reaches by speaking the same content slower or faster (line_plan splits the target over
+the segments). `synthesize` is plan + render at the natural length. An engine folder built before s2mel
+took its target frames renders the natural length only (`renders_to_length` False).
+
 Run-time settings come from the preset (`decode`, `s2mel` tables); `SynthRequest.options` may override
 them per line with the same names (`beams`, `top_k`, `top_p`, `temperature`, `repetition_penalty`,
 `length_penalty`, `max_tokens`, `do_sample`, `steps`, `cfg_rate`, `schedule`).
@@ -17,14 +24,14 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from fasttts_cli import __version__
-from fasttts_cli.errors import InputError, UsageError
+from fasttts_cli.errors import EngineMismatchError, InputError, UsageError
 from fasttts_cli.indextts2.engine import (
     MODEL_ID,
     IndexTTS2Engine,
@@ -33,10 +40,12 @@ from fasttts_cli.indextts2.engine import (
     noise_generator,
     segment_seed_generator,
 )
+from fasttts_cli.indextts2.line_options import line_options
+from fasttts_cli.indextts2.line_plan import SegmentCodes, SegmentSplit, natural_split, split_target
 from fasttts_cli.indextts2.sampling import SamplingParams
 from fasttts_cli.indextts2.voice_cache import VoiceCache, voice_key
 from fasttts_cli.spec.engine_folder import file_sha256, read_manifest
-from fasttts_cli.spec.presets import DecodeOptions, Preset, S2MelOptions, coerce_value
+from fasttts_cli.spec.presets import Preset, S2MelOptions
 from fasttts_cli.synth import synthesizer as contract  # the Synthesizer contract's types
 
 # Bump whenever this runtime's output for the same engine and preset could change (part of identity()).
@@ -44,55 +53,6 @@ ENGINE_CODE_REV = 1
 SEGMENT_GAP_S = 0.2  # the original's interval_silence (200 ms)
 N_EMOTIONS = 8
 RANDOM_MAX_TOKENS = 500  # codes per segment for random-weight engines (above the tiny checkpoint's 401)
-
-_ALIASES = {
-    "num_beams": "beams",
-    "max_mel_tokens": "max_tokens",
-    "diffusion_steps": "steps",
-    "s2mel_steps": "steps",
-    "inference_cfg_rate": "cfg_rate",
-}
-_DECODE_KEYS = {f.name for f in fields(DecodeOptions)}
-_S2MEL_KEYS = {"steps", "cfg_rate", "schedule"}
-
-
-@dataclass(frozen=True)
-class LineOptions:
-    """The effective run-time settings of one line."""
-
-    decode: DecodeOptions
-    s2mel: S2MelOptions
-
-    def sampling(self, stop_token: int, max_codes: int) -> SamplingParams:
-        p = SamplingParams.from_options(self.decode, stop_token)
-        return replace(p, max_tokens=min(p.max_tokens, max_codes))
-
-
-def line_options(preset: Preset, overrides: Mapping[str, Any]) -> LineOptions:
-    """The preset's run keys with a request's overrides; ValueError names a bad key or value."""
-    dec: dict[str, Any] = {}
-    s2: dict[str, Any] = {}
-    for raw_key, value in overrides.items():
-        key = _ALIASES.get(raw_key, raw_key)
-        if key in _S2MEL_KEYS:
-            target, default = s2, getattr(preset.s2mel, key)
-        elif key in _DECODE_KEYS:
-            target, default = dec, getattr(preset.decode, key)
-        else:
-            allowed = sorted(_DECODE_KEYS | _S2MEL_KEYS)
-            raise ValueError(f"unknown synthesis option {raw_key!r} (allowed: {', '.join(allowed)})")
-        try:
-            target[key] = coerce_value(value, default)
-        except ValueError as e:
-            raise ValueError(f"option {raw_key} {e}") from None
-    opts = LineOptions(replace(preset.decode, **dec), replace(preset.s2mel, **s2))
-    opts.decode.validate()
-    s = opts.s2mel
-    if s.steps < 1:
-        raise ValueError(f"steps must be >= 1, got {s.steps}")
-    if s.schedule not in ("uniform", "sway"):
-        raise ValueError(f"schedule must be uniform or sway, got {s.schedule!r}")
-    return opts
 
 
 @dataclass
@@ -108,6 +68,8 @@ class _Segment:
     seed: int
     codes: np.ndarray | None = None
     stopped: bool = True
+    frames: int = 0  # render: the segment's target mel frames (its natural ones at the natural length)
+    fixed: bool = False  # render: `frames` is a target the engine must be told (not the natural length)
     wav: np.ndarray | None = None
     error: str | None = None
 
@@ -130,6 +92,7 @@ class IndexTTS2Synthesizer:
                 engine.preset = replace(engine.preset, decode=replace(d, max_tokens=RANDOM_MAX_TOKENS))
         self.cache = cache if cache is not None else VoiceCache()
         self.sample_rate = engine.sample_rate
+        self.hop = int(engine.hop)  # samples per mel frame: render(frames=F) makes F * hop samples
         self.last_voice_cached: bool | None = None  # whether the last prepare_voice was a cache hit
 
     @classmethod
@@ -220,63 +183,179 @@ class IndexTTS2Synthesizer:
     def synthesize(
         self, requests: Sequence[contract.SynthRequest], on_result: contract.ResultCallback | None = None
     ) -> list[contract.SynthResult]:
-        """As the protocol says; `on_result(k, result)` as each request's audio is ready: when the last
-        of its segments is out of the vocoder (s2mel runs `s2mel.rows_per_call` lines a call, so a CPU
-        preset reports line by line, a GPU preset by engine batch)."""
+        """As the protocol says: plan, then render at the natural length. `on_result(k, result)` as each
+        request's audio is ready: when the last of its segments is out of the vocoder (s2mel runs
+        `s2mel.rows_per_call` lines a call, so a CPU preset reports line by line, a GPU preset by engine
+        batch)."""
+        plans = self.plan(requests)
+        return self.render(
+            [contract.RenderRequest(r, p) for r, p in zip(requests, plans, strict=True)], on_result
+        )
+
+    # ------------------------------------------------------------------------------- two phases
+
+    @property
+    def renders_to_length(self) -> bool:
+        """False for an engine folder built before s2mel took its target frames (rebuild it)."""
+        return bool(self.engine.renders_to_length)
+
+    def plan(
+        self,
+        requests: Sequence[contract.SynthRequest],
+        on_result: Callable[[int, contract.LinePlan], None] | None = None,
+    ) -> list[contract.LinePlan]:
+        """Phase one (see synth.synthesizer): every segment's codes from the GPT, batched as
+        `limits.max_batch` segments a call (similar prefix lengths together), per-segment generators; a
+        failing batch is re-run segment by segment. `on_result(k, plan)` as each line's codes are out."""
         e = self.engine
-        errors: dict[int, str] = {}
-        segs: list[_Segment] = []
-        for i, r in enumerate(requests):
-            try:
-                segs += self._segments(i, r)
-            except Exception as ex:  # one bad line must not sink its batch
-                errors[i] = _message(ex)
-        mine: dict[int, list[_Segment]] = {i: [] for i in range(len(requests))}
-        for s in segs:
-            mine[s.req].append(s)
-        done: dict[int, contract.SynthResult] = {}
+        mine, errors = self._line_segments(requests)
+        done: dict[int, contract.LinePlan] = {}
 
-        def settle(final: bool) -> None:
-            # Deliver each request whose segments all have audio (or, once its batch is settled, an error).
-            for i, r in enumerate(requests):
-                if i in done:
-                    continue
-                parts = mine[i]
-                if (
-                    i in errors
-                    or all(s.wav is not None for s in parts)
-                    or (final and all(s.wav is not None or s.error is not None for s in parts))
-                ):
-                    done[i] = self._result(r, parts, errors.get(i))
-                    contract.deliver(on_result, i, done[i])
+        def settle() -> None:
+            _deliver_ready(
+                mine,
+                errors,
+                done,
+                _generated,
+                lambda i: self._plan(requests[i], mine[i], errors.get(i)),
+                on_result,
+            )
 
-        settle(False)  # lines that failed before any model ran
+        settle()  # lines that failed before any model ran
+        segs = [s for parts in mine.values() for s in parts]
         # Similar prefix lengths together: less padding in each GPT batch (results do not depend on it).
         order = sorted(segs, key=lambda s: (s.params.beams, len(s.prefix)))
         size = max(1, int(e.preset.limits.max_batch))
         for start in range(0, len(order), size):
-            self._run_guarded(order[start : start + size], lambda: settle(False))
-            settle(True)
-        return [
-            done[i] if i in done else self._result(r, mine[i], errors.get(i)) for i, r in enumerate(requests)
-        ]
+            self._generate_guarded(order[start : start + size])
+            settle()
+        return [done[i] for i in range(len(requests))]
+
+    def render(
+        self, items: Sequence[contract.RenderRequest], on_result: contract.ResultCallback | None = None
+    ) -> list[contract.SynthResult]:
+        """Phase two: latent pass, s2mel and vocoder from each plan's codes (prefixes rebuilt from the
+        request's text and voice), at the natural length (`frames=None`) or at exactly `frames * hop`
+        samples (`line_plan.split_target` over the segments). Rows of similar target frames share a call
+        (less padding); no row depends on its batch-mates; a failing call is re-run row by row.
+        `on_result(k, result)` as each line's last segment is out of the vocoder."""
+        e = self.engine
+        requests = [it.request for it in items]
+        mine, errors = self._line_segments(requests)
+        splits: dict[int, SegmentSplit] = {}
+        for i, it in enumerate(items):
+            if not it.plan.ok:  # the plan phase's own message, as it is
+                errors[i] = it.plan.error or "the line has no plan"
+            elif i not in errors:
+                try:
+                    splits[i] = self._fit(it, mine[i])
+                except Exception as ex:
+                    errors[i] = _message(ex)
+        done: dict[int, contract.SynthResult] = {}
+
+        def settle() -> None:
+            _deliver_ready(
+                mine,
+                errors,
+                done,
+                _rendered,
+                lambda i: self._result(requests[i], mine[i], errors.get(i), splits.get(i)),
+                on_result,
+            )
+
+        settle()
+        groups: dict[tuple[int, float, str, str], list[_Segment]] = {}
+        for i, parts in mine.items():
+            for s in parts if i not in errors else []:
+                key = (s.s2mel.steps, s.s2mel.cfg_rate, s.s2mel.schedule, s.s2mel.cache_level)
+                groups.setdefault(key, []).append(s)
+        cap = max(1, int(e.preset.limits.max_batch))
+        for run, group in groups.items():
+            group.sort(key=lambda s: (s.frames, s.req, s.index))
+            size = e.s2mel_rows(min(len(group), cap)) if hasattr(e, "s2mel_rows") else min(len(group), cap)
+            for lo in range(0, len(group), size):
+                self._render_guarded(group[lo : lo + size], run)
+                settle()
+        return [done[i] for i in range(len(items))]
+
+    def close(self) -> None:
+        self.engine.close()
+
+    # ------------------------------------------------------------------------------- internals
+
+    def _line_segments(
+        self, requests: Sequence[contract.SynthRequest]
+    ) -> tuple[dict[int, list[_Segment]], dict[int, str]]:
+        """Each request's segments (prefixes from its text and voice), and the requests that failed."""
+        mine: dict[int, list[_Segment]] = {i: [] for i in range(len(requests))}
+        errors: dict[int, str] = {}
+        for i, r in enumerate(requests):
+            try:
+                mine[i] = self._segments(i, r)
+            except Exception as ex:  # one bad line must not sink its batch
+                errors[i] = _message(ex)
+        return mine, errors
+
+    def _plan(self, r: contract.SynthRequest, mine: list[_Segment], error: str | None) -> contract.LinePlan:
+        error = error or _segment_error(mine)
+        if error is not None:
+            return contract.LinePlan(r.line_id, self.sample_rate, error=error)
+        got = SegmentCodes([s.codes for s in mine], [s.stopped for s in mine])  # type: ignore[misc]
+        split = natural_split(self._natural_frames(got.codes), self._gap)
+        return contract.LinePlan(
+            r.line_id,
+            self.sample_rate,
+            natural_samples=split.samples(self.hop),
+            payload=got.payload(),
+            info=got.info(),
+            n_tokens=int(sum(c.size for c in got.codes)),
+            hit_token_limit=not all(got.stopped),
+        )
+
+    def _fit(self, item: contract.RenderRequest, mine: list[_Segment]) -> SegmentSplit:
+        """Give a line's segments their plan's codes and target frames; ValueError says why it cannot."""
+        plan = item.plan
+        got = SegmentCodes.unpack(plan.payload, plan.info)  # type: ignore[arg-type]
+        if len(got.codes) != len(mine):
+            raise ValueError(
+                f"the plan has {len(got.codes)} segments, the line's text {len(mine)}: plan it again"
+            )
+        natural = self._natural_frames(got.codes)
+        if item.frames is None:
+            split = natural_split(natural, self._gap)
+        elif not self.renders_to_length:
+            raise EngineMismatchError(
+                "this engine folder was built before IndexTTS-2 could render a line to a length: rebuild "
+                "it with `fasttts build --checkpoint DIR --preset PRESET`"
+            )
+        else:
+            split = split_target(item.frames, natural, self.hop, self._gap)
+        for s, c, stopped, f in zip(mine, got.codes, got.stopped, split.frames, strict=True):
+            s.codes, s.stopped, s.frames, s.fixed = c, stopped, f, item.frames is not None
+        return split
+
+    def _natural_frames(self, codes: Sequence[np.ndarray]) -> list[int]:
+        return [int(f) for f in self.engine.target_lengths([c.size for c in codes])]
+
+    @property
+    def _gap(self) -> int:
+        return round(SEGMENT_GAP_S * self.sample_rate)
 
     def _result(
-        self, r: contract.SynthRequest, mine: list[_Segment], error: str | None
+        self,
+        r: contract.SynthRequest,
+        mine: list[_Segment],
+        error: str | None,
+        split: SegmentSplit | None,
     ) -> contract.SynthResult:
-        """A request's result from its segments (in index order), joined with the segment gap."""
-        mine = sorted(mine, key=lambda s: s.index)
-        if error is None:
-            bad = [s for s in mine if s.error is not None or s.wav is None]
-            if bad:
-                error = f"segment {bad[0].index + 1} of {len(mine)}: {bad[0].error or 'no audio'}"
-        if error is not None:
-            return contract.SynthResult(r.line_id, None, self.sample_rate, error=error)
-        gap = np.zeros(round(SEGMENT_GAP_S * self.sample_rate), np.float32)
+        """A request's result from its segments (in index order), joined by the split's gaps."""
+        error = error or _segment_error(mine)
+        if error is not None or split is None:
+            return contract.SynthResult(r.line_id, None, self.sample_rate, error=error or "no audio")
         parts: list[np.ndarray] = []
-        for k, s in enumerate(mine):
+        for k, s in enumerate(sorted(mine, key=lambda s: s.index)):
             if k:
-                parts.append(gap)
+                parts.append(np.zeros(split.gaps[k - 1], np.float32))
             assert s.wav is not None
             parts.append(s.wav)
         return contract.SynthResult(
@@ -286,11 +365,6 @@ class IndexTTS2Synthesizer:
             n_tokens=int(sum(s.codes.size for s in mine if s.codes is not None)),
             hit_token_limit=any(not s.stopped for s in mine),
         )
-
-    def close(self) -> None:
-        self.engine.close()
-
-    # ------------------------------------------------------------------------------- internals
 
     def _segments(self, i: int, r: contract.SynthRequest) -> list[_Segment]:
         e = self.engine
@@ -309,58 +383,83 @@ class IndexTTS2Synthesizer:
             for k, s in enumerate(ids)
         ]
 
-    def _run_guarded(self, batch: list[_Segment], ready: Callable[[], None]) -> None:
-        """Run a batch; if it fails, run its segments one by one to find the failing line (a segment
-        whose audio came out before the failure keeps it). `ready` is called as audio comes out."""
+    def _generate_guarded(self, batch: list[_Segment]) -> None:
+        """The GPT for a batch of segments; if the call fails, segment by segment to find the failing one."""
         try:
-            self._run(batch, ready)
+            decoded = self.engine.generate(
+                [s.prefix for s in batch],
+                [s.params for s in batch],
+                [segment_seed_generator(s.seed, s.index) for s in batch],
+            )
         except Exception as ex:
             if len(batch) == 1:
                 batch[0].error = _message(ex)
                 return
             for s in batch:
-                if s.wav is not None:
-                    continue
-                s.error, s.codes = None, None
-                self._run_guarded([s], ready)
-
-    def _run(self, batch: list[_Segment], ready: Callable[[], None]) -> None:
-        e = self.engine
-        decoded = e.generate(
-            [s.prefix for s in batch],
-            [s.params for s in batch],
-            [segment_seed_generator(s.seed, s.index) for s in batch],
-        )
-        todo = []
+                self._generate_guarded([s])
+            return
         for s, d in zip(batch, decoded, strict=True):
             s.codes, s.stopped = d.codes, d.stopped
             if d.codes.size == 0:
                 s.error = "the model generated no speech codes (stop token first)"
-            else:
-                todo.append(s)
-        groups: dict[tuple[int, float, str, str], list[_Segment]] = {}
-        for s in todo:
-            key = (s.s2mel.steps, s.s2mel.cfg_rate, s.s2mel.schedule, s.s2mel.cache_level)
-            groups.setdefault(key, []).append(s)
-        for (steps, cfg_rate, schedule, cache_level), group in groups.items():
-            # In the engine's own s2mel grouping (rows_per_call), so lines are ready as each call ends; every
-            # stage is per row, so the grouping changes only the time (test_deterministic_stages_...).
-            size = e.s2mel_rows(len(group)) if hasattr(e, "s2mel_rows") else len(group)
-            for lo in range(0, len(group), size):
-                part = group[lo : lo + size]
-                wavs = e.codes_to_wavs(
-                    [s.voice for s in part],
-                    [s.prefix for s in part],
-                    [s.codes for s in part],  # type: ignore[misc]
-                    [noise_generator(s.seed, s.index) for s in part],
-                    steps=steps,
-                    cfg_rate=cfg_rate,
-                    schedule=schedule,
-                    cache_level=cache_level,
-                )
-                for s, w in zip(part, wavs, strict=True):
-                    s.wav = w
-                ready()
+
+    def _render_guarded(self, batch: list[_Segment], run: tuple[int, float, str, str]) -> None:
+        """Latent pass, s2mel and vocoder for a batch of segments (in the engine's own s2mel grouping,
+        so lines are ready as each call ends); if the call fails, segment by segment."""
+        steps, cfg_rate, schedule, cache_level = run
+        frames = [s.frames if s.fixed else None for s in batch]
+        try:
+            wavs = self.engine.codes_to_wavs(
+                [s.voice for s in batch],
+                [s.prefix for s in batch],
+                [s.codes for s in batch],  # type: ignore[misc]
+                [noise_generator(s.seed, s.index) for s in batch],
+                steps=steps,
+                cfg_rate=cfg_rate,
+                schedule=schedule,
+                cache_level=cache_level,
+                frames=frames if any(f is not None for f in frames) else None,
+            )
+        except Exception as ex:
+            if len(batch) == 1:
+                batch[0].error = _message(ex)
+                return
+            for s in batch:
+                self._render_guarded([s], run)
+            return
+        for s, w in zip(batch, wavs, strict=True):
+            s.wav = w
+
+
+def _generated(s: _Segment) -> bool:
+    return s.error is not None or s.codes is not None
+
+
+def _rendered(s: _Segment) -> bool:
+    return s.error is not None or s.wav is not None
+
+
+def _segment_error(mine: list[_Segment]) -> str | None:
+    """The first failing segment of a line, named, or None."""
+    for s in sorted(mine, key=lambda s: s.index):
+        if s.error is not None:
+            return f"segment {s.index + 1} of {len(mine)}: {s.error}"
+    return None
+
+
+def _deliver_ready(
+    mine: Mapping[int, list[_Segment]],
+    errors: Mapping[int, str],
+    done: dict[int, Any],
+    ready: Callable[[_Segment], bool],
+    make: Callable[[int], Any],
+    on_result: Callable[[int, Any], None] | None,
+) -> None:
+    """Make and report each line not yet done that failed, or whose segments are all `ready`."""
+    for i, parts in mine.items():
+        if i not in done and (i in errors or all(ready(s) for s in parts)):
+            done[i] = make(i)
+            contract.deliver(on_result, i, done[i])
 
 
 def _check_vector(vector: Sequence[float] | None) -> tuple[float, ...] | None:

@@ -4,7 +4,9 @@ Loaded from `s2mel.pth` = {'net': {'cfm': {'estimator.…'}, 'length_regulator':
 Every size comes from config.yaml's `s2mel` section and the tensors.
 
 Batched everywhere with explicit lengths; a padded row gives what the row gives alone:
-- `S2Mel.content(latent, vq_emb, code_lens)` -> (cond (B, Tg, C), ylens (B,)); ylens = floor(1.72 n).
+- `S2Mel.content(latent, vq_emb, code_lens, ylens)` -> (cond (B, max ylens, C), ylens (B,)); ylens: the
+  target mel frames per row, by default floor(1.72 n) (the original's); any other target renders the same
+  content to that many frames.
 - `S2Mel.length_regulator(x, x_lens, ylens)` -> (B, max ylens, C) (prompt condition: x = codec S_ref,
   ylens = #ref mel frames).
 - `S2Mel.cfm.estimator` the DiT; `S2Mel.cfm.cfg_velocity` one batched CFG step;
@@ -231,12 +233,17 @@ class S2Mel(nn.Module):
         return self.length_regulator(s_ref, ref_lens, mel_lens)
 
     def content(
-        self, latent: torch.Tensor, vq_emb: torch.Tensor, code_lens: torch.Tensor
+        self,
+        latent: torch.Tensor,
+        vq_emb: torch.Tensor,
+        code_lens: torch.Tensor,
+        ylens: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """latent (B, n, gpt_dim), vq_emb (B, n, 1024) = codec vq2emb(codes), code_lens (B,) ->
-        (cond (B, max Tg, C), ylens (B,) = floor(1.72 n))."""
+        """latent (B, n, gpt_dim), vq_emb (B, n, 1024) = codec vq2emb(codes), code_lens (B,), ylens (B,)
+        target frames (>= 1; None: floor(1.72 n)) -> (cond (B, max ylens, C), ylens)."""
         s_infer = vq_emb + self.gpt_layer(latent)
-        ylens = target_lengths(code_lens)
+        if ylens is None:
+            ylens = target_lengths(code_lens)
         return self.length_regulator(s_infer, code_lens, ylens), ylens
 
     def official_state_dict(self) -> dict[str, dict[str, torch.Tensor]]:

@@ -77,6 +77,7 @@ def prepare(work: Path, kind: str, preset_name: str, say: Any = print) -> dict[s
     from fasttts_cli.build.export import build_engine, engine_specs
     from fasttts_cli.build.quantize import apply_precision
     from fasttts_cli.indextts2 import decode as dec
+    from fasttts_cli.indextts2.components import built_for_target_frames
     from fasttts_cli.nets.checkpoint import load_checkpoint
     from fasttts_cli.spec.engine_folder import read_manifest
     from fasttts_cli.spec.presets import ComponentSpec, load_preset
@@ -87,6 +88,10 @@ def prepare(work: Path, kind: str, preset_name: str, say: Any = print) -> dict[s
         say(f"writing the {kind} checkpoint")
         tiny.write_tiny_checkpoint(p["ckpt"], seed=0, sizes=tiny.TINY if kind == "tiny" else tiny.FULL)
     preset = load_preset(preset_name)
+    if (p["ref"] / "manifest.json").exists() and not built_for_target_frames(read_manifest(p["ref"])):
+        say("the reference engine predates s2mel_content's target frames: rebuilding it")
+        shutil.rmtree(p["ref"])
+        shutil.rmtree(p["out"], ignore_errors=True)  # its conversions and cases came from the old graphs
     if not (p["ref"] / "manifest.json").exists():
         say("building the CPU fp32 reference engine")
         # the graphs a TensorRT build exports (classic trunk, standard ops), at fp32 on ONNX Runtime

@@ -115,12 +115,18 @@ class TorchS2Mel:
 
     @torch.inference_mode()
     def content(
-        self, latents: Sequence[torch.Tensor], vq_emb: torch.Tensor, code_lens: torch.Tensor
+        self,
+        latents: Sequence[torch.Tensor],
+        vq_emb: torch.Tensor,
+        code_lens: torch.Tensor,
+        ylens: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Stage 4.1 (fp32): latents (n_i, D) per row, vq_emb (B, n_max, 1024) -> (cond (B, Tg, C), ylens)."""
+        """Stage 4.1 (fp32): latents (n_i, D) per row, vq_emb (B, n_max, 1024), ylens (B,) target frames
+        (None: floor(1.72 n)) -> (cond (B, Tg, C), ylens)."""
         n_max = int(vq_emb.shape[1])
         lat = _pad_stack([torch.as_tensor(x).float().to(self.device) for x in latents], n_max, 0)
-        return self.model.content(lat, vq_emb.float().to(self.device), code_lens.to(self.device))
+        target = None if ylens is None else ylens.to(self.device)
+        return self.model.content(lat, vq_emb.float().to(self.device), code_lens.to(self.device), target)
 
     @torch.inference_mode()
     def prompt_condition(self, s_ref: torch.Tensor, mel_frames: int) -> torch.Tensor:
