@@ -271,3 +271,30 @@ def test_segment_codes_round_trip() -> None:
     assert [c.tolist() for c in back.codes] == [[3, 4, 5], [7]] and back.stopped == [True, False]
     with pytest.raises(ValueError, match="do not fit"):
         SegmentCodes.unpack(got.payload()[:3], info)
+
+
+def test_cli_synth_duration_is_exact_on_the_tiny_engine(tiny_engine_dir: Path, voice_wav, tmp_path, capsys):
+    """`fasttts synth --duration D` returns exactly round(D * 22050 / 256) * 256 samples, for D inside the
+    render bounds of the line's natural duration; outside them it is exit 2 naming both."""
+    import soundfile as sf
+
+    from fasttts_cli.cli.commands import main
+
+    def synth(*extra: str) -> tuple[int, dict]:
+        out = tmp_path / "line.wav"
+        args = ["synth", SHORT, "--voice", str(voice_wav), "-o", str(out), "--engine", str(tiny_engine_dir)]
+        with pytest.raises(SystemExit) as ei:
+            main([*args, "--json", *extra])
+        return int(ei.value.code), json.loads(capsys.readouterr().out)
+
+    code, natural = synth()
+    assert code == 0 and natural["natural"] == natural["duration"]
+    sr = natural["sample_rate"]
+    for ratio in (0.85, 1.2):
+        d = round(natural["natural"] * ratio, 3)
+        code, r = synth("--duration", str(d))
+        assert code == 0, r
+        assert r["samples"] == round(d * sr / 256) * 256 == sf.info(str(tmp_path / "line.wav")).frames
+        assert r["natural"] == natural["natural"]  # the same plan (seed), rendered to another length
+    code, r = synth("--duration", str(round(natural["natural"] * 2.0, 3)))
+    assert code == 2 and not r["ok"] and "outside the render bounds" in r["error"]
