@@ -25,6 +25,7 @@ import numpy as np
 from fasttts_cli.backends.onnxruntime.session import Session, SessionOptions
 from fasttts_cli.backends.protocol import GPTSteps
 from fasttts_cli.cfm.schedules import euler_times
+from fasttts_cli.errors import EngineMismatchError
 from fasttts_cli.indextts2 import cfm as cfm_stage
 from fasttts_cli.indextts2 import decode as dec
 from fasttts_cli.indextts2 import emotion as emo
