@@ -266,6 +266,7 @@ class LineState:
     voice: Voice | None = None
     seed: int = 0
     key: str = ""
+    lang: str | None = None  # ISO 639-1 code the line is spoken in (None: the engine decides)
     cached: bool = False  # the plan came from the cache (the GPT did not run for it)
     # The audio itself stays in the line cache (read back when the line is placed): holding every line of a
     # feature in memory is what long inputs cannot afford.

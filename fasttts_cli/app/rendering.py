@@ -169,7 +169,7 @@ def _render_request(st: LineState, plans: LineCache) -> RenderRequest:
         n_tokens=m.get("n_tokens"),
         hit_token_limit=bool(m.get("hit_token_limit", False)),
     )
-    req = SynthRequest(line_id=str(st.line.index), text=st.line.text, voice=st.voice, seed=st.plan_seed)
+    req = SynthRequest(str(st.line.index), st.line.text, st.voice, st.plan_seed, lang=st.lang)
     return RenderRequest(req, plan, st.frames)
 
 

@@ -24,6 +24,7 @@ from fasttts_cli.app.synthesis import seed_of, synth_with_guard
 from fasttts_cli.dubbing.cache import line_seed
 from fasttts_cli.errors import SynthesisError, UsageError
 from fasttts_cli.synth.engine_select import EngineSelection, select_engine
+from fasttts_cli.synth.languages import spoken_language
 from fasttts_cli.synth.synthesizer import (
     EmotionSpec,
     LinePlan,
@@ -46,6 +47,7 @@ class SynthOptions:
     emotion: EmotionSpec | None = None
     on_line_failure: str = "fail"  # fail | silence (skip would leave nothing to write)
     duration: float | None = None  # --duration: render to this length (seconds); None: natural
+    lang: str = "und"  # --lang: the text's language
     max_render_speedup: float = 1.25
     max_render_slowdown: float = 1.25
 
@@ -91,10 +93,11 @@ def synth_one(
             rep.warn("draft voice: the reference voice is NOT cloned (Piper 'joe' voice)")
         if engine_random_weights(selection, synth):
             rep.warn(random_weights_warning(selection))
+        lang = spoken_language(synth, so.lang)
         with rep.stage("voices"):
             voice = synth.prepare_voice(so.voice, emotion=so.emotion)
         seed = line_seed(text, voice.key, so.seed)
-        st = LineState(_SynthLine(1, text), voice, seed)
+        st = LineState(_SynthLine(1, text), voice, seed, lang=lang)
         t0 = time.monotonic()
 
         def final(i: int, res: LinePlan | None, retries: int, problem: str | None, secs: float) -> None:
@@ -170,7 +173,7 @@ def _render(so: SynthOptions, synth: Synthesizer, st: LineState, plan: LinePlan,
             )
         frames = max(1, round(so.duration * plan.sample_rate / int(synth.hop)))  # type: ignore[attr-defined]
     assert st.voice is not None
-    req = SynthRequest(line_id="1", text=st.line.text, voice=st.voice, seed=seed)
+    req = SynthRequest("1", st.line.text, st.voice, seed, lang=st.lang)
     return render_one(synth, req, plan, frames)
 
 

@@ -57,9 +57,14 @@ def synthesize_all(
 ) -> tuple[dict[int, LineState], list[int]]:
     """Prepare voices, find plan-cache misses, plan them batch by batch; every line ends with a plan
     (from the cache or fresh) or an error allowed by the failure policy."""
+    from fasttts_cli.synth.languages import spoken_language
+
     cache = LineCache(paths.work_dir / "plans")
     identity = synth.identity()
+    lang = spoken_language(synth, o.lang)  # exit 2 before any voice is prepared if the model cannot speak it
     params: dict[str, Any] = {"options": {}}  # per-line synthesis options (none yet): part of the key
+    if lang is not None:
+        params["lang"] = lang
 
     with rep.stage("voices"):
         voices: dict[Path, Voice] = {}
@@ -73,7 +78,7 @@ def synthesize_all(
     for ln in plan.lines:
         v = voices[ln.voice]
         seed = line_seed(ln.text, v.key, o.seed)
-        states[ln.index] = LineState(ln, v, seed, line_key(ln.text, v.key, identity, params, seed))
+        states[ln.index] = LineState(ln, v, seed, line_key(ln.text, v.key, identity, params, seed), lang)
     forced = job.only or set()
     # Every hit is verified in full before the to-do list is made (meta, .npy header and size, checksum:
     # about 1 s for a 2-hour film's 1500 lines), so a damaged entry is re-synthesized now and placement
@@ -225,7 +230,7 @@ def synth_with_guard(
             st = states[i]
             seed = seed_of(st.seed, n)
             assert st.voice is not None
-            reqs.append(SynthRequest(line_id=str(i), text=st.line.text, voice=st.voice, seed=seed))
+            reqs.append(SynthRequest(str(i), st.line.text, st.voice, seed, lang=st.lang))
         again: list[int] = []
 
         def row(k: int, res: LinePlan, seconds: float) -> None:

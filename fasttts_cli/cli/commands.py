@@ -152,6 +152,9 @@ def synth(
     engine: EngineOpt = None,
     preset: PresetOpt = None,
     seed: Annotated[int, typer.Option("--seed")] = 0,
+    lang: Annotated[
+        str, typer.Option("--lang", help="The text's language (ISO 639-1/639-2); und: the engine decides.")
+    ] = "und",
     on_line_failure: Annotated[
         str, typer.Option("--on-line-failure", help="fail | silence (write silence of the text's length)")
     ] = "fail",
@@ -183,6 +186,7 @@ def synth(
             emotion=emotion,
             on_line_failure=on_line_failure,
             duration=duration,
+            lang=lang,
             max_render_speedup=max_render_speedup,
             max_render_slowdown=max_render_slowdown,
         )

@@ -79,6 +79,8 @@ class IndexTTS2Synthesizer:
 
     name = "indextts2"
     clones_voice = True
+    languages = ("zh", "en")  # IndexTTS-2 speaks Chinese and English and tells them apart by itself
+    needs_language = False
     reports_rows = True  # synthesize(..., on_result=) reports each line as its audio is ready
 
     def __init__(self, engine: IndexTTS2Engine, cache: VoiceCache | None = None) -> None:

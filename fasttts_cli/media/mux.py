@@ -94,6 +94,14 @@ def normalize_lang(lang: str, *, flag: str = "--lang") -> str:
     raise UsageError(f"{flag} {lang!r}: not a language code; use an ISO 639-2 code such as spa, deu, jpn")
 
 
+_T_TO_ISO1 = {t: one for one, (t, _) in _ISO1.items()}
+
+
+def iso639_1(lang: str) -> str | None:
+    """The two-letter code of a --lang value (None for `und` and for languages without one)."""
+    return _T_TO_ISO1.get(normalize_lang(lang))
+
+
 def container_lang(lang: str, container: str) -> str | None:
     """The spelling `container` stores for ISO 639-2/T `lang` (None when it cannot store it at all).
 

@@ -197,6 +197,8 @@ class DraftSynthesizer:
 
     name = "draft"
     clones_voice = False
+    languages = ("en",)  # the joe voice is American English
+    needs_language = False
     reports_rows = True  # each line as piper logs its WAV written
     # Render frames are the model's hop: its natural lengths are whole frames, so a target of the natural
     # frame count is the natural audio itself.

@@ -69,6 +69,7 @@ class SynthRequest:
     voice: Voice
     seed: int
     options: Mapping[str, Any] = field(default_factory=dict)
+    lang: str | None = None  # ISO 639-1 code of the text (synth.languages); None: the engine decides
 
 
 @dataclass
