@@ -50,7 +50,9 @@ def test_the_total_cap_is_both_caps_together() -> None:
     # No room at all: the cap 1.25 * 1.25 = 1.5625, split 1.25 model, 1.25 DSP.
     opts = TimingOptions(overflow="overlap")
     a, _ = solve_timing(slots((0.0, 2.0, 4.0), (2.1, 4.0, 1.0)), opts, media_end=10.0, frame_rate=FPS)
-    assert a.factor == A(1.5625, rel=1e-3)
+    assert a.factor == A(
+        1.5625, rel=5e-3
+    )  # within a frame: the DSP cap holds, the line may end a frame later
     assert a.render_factor == A(1.25, rel=5e-3)
     assert a.stretch_factor == A(1.25, rel=5e-3)
 
@@ -124,7 +126,8 @@ def test_model_split_properties(rows: list[tuple[float, float, float]], overflow
             assert 1 / 1.25 - 1e-9 <= t.render_factor <= 1.25 + 1e-9
         if 1 / 1.25 + 1e-6 < t.factor < 1.25 - 1e-6:  # a total inside the render bounds: no DSP at all
             assert t.stretch_factor == 1.0
-        # whole frames: the DSP part may pass its cap by the one frame the render was rounded by
-        assert t.stretch_factor <= 1.25 * (1 + 1 / (t.frames or math.inf)) + 1e-9
+        assert (
+            1 / opts.max_slowdown - 1e-9 <= t.stretch_factor <= opts.max_speedup + 1e-9
+        )  # the DSP cap holds
         if not t.truncated:
             assert t.duration == A(t.target / t.stretch_factor, abs=1e-9)

@@ -253,8 +253,12 @@ def split_factor(d: float, f: float, opts: TimingOptions, frame_rate: float | No
         if d * frame_rate / frames > opts.max_render_speedup + 1e-9:
             frames += 1  # a short line: rounding down would push the model past its bound
         target = frames / frame_rate
-    rendered_all = abs(f - r) <= 1e-9
-    return Split(d / target, frames, target, 1.0 if rendered_all else target * f / d)
+    if abs(f - r) <= 1e-9:
+        return Split(d / target, frames, target, 1.0)
+    # Whole frames move the render off its bound by up to a frame; the DSP part keeps its own cap and the
+    # line lands up to that frame later than planned rather than played faster than --max-speedup.
+    stretch = min(max(target * f / d, 1.0 / opts.max_slowdown), opts.max_speedup)
+    return Split(d / target, frames, target, stretch)
 
 
 def solve_timing(
