@@ -22,7 +22,7 @@ The chain (infer_v2_5.py, infer_generator, in this order), each step a method so
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -206,26 +206,9 @@ class TextFrontEnd25:
                 if fits(part):
                     chunks.append(part)
                     continue
-                current = ""
-                for ch in part:  # a part over the budget: cut it character by character
-                    if current and not fits(current + ch):
-                        chunks.append(current)
-                        current = ch
-                    else:
-                        current += ch
-                if current:
-                    chunks.append(current)
-        segments: list[str] = []
-        current = ""
-        for chunk in chunks:  # merge while the re-encoded join fits (BPE merges across the seam)
-            if current and not fits(current + chunk):
-                segments.append(current)
-                current = chunk
-            else:
-                current += chunk
-        if current:
-            segments.append(current)
-        return segments or [text]
+                chunks += _pack(part, fits)  # a part over the budget: cut it character by character
+        # then merge while the re-encoded join fits (BPE merges across the seam, so lengths do not add)
+        return _pack(chunks, fits) or [text]
 
     def segment_ids(self, segments: list[str], lang: str) -> list[list[int]]:
         prefix = self.prefix(lang)
@@ -250,6 +233,21 @@ class TextFrontEnd25:
     ) -> list[list[int]]:
         """GPT text ids per segment, start and stop included."""
         return self.process(text, lang, max_tokens, text_normalization).gpt_ids
+
+
+def _pack(items: Iterable[str], fits: Callable[[str], bool]) -> list[str]:
+    """Greedy packing, left to right: an item joins the current string while the join still fits."""
+    out: list[str] = []
+    current = ""
+    for item in items:
+        if current and not fits(current + item):
+            out.append(current)
+            current = item
+        else:
+            current += item
+    if current:
+        out.append(current)
+    return out
 
 
 def _atomic_pieces(text: str) -> list[tuple[str, bool]]:
