@@ -23,7 +23,7 @@ LAYERS: list[tuple[str, frozenset[str]]] = [
     ("app", frozenset({"app"})),  # dub / synth / inspect as stage sequences, engine loading, doctor
     ("dubbing", frozenset({"dubbing"})),  # script readers, plan, timing, line cache, work folder
     ("build", frozenset({"build"})),  # checkpoint -> engine folder: export, quantize, engine builds
-    ("indextts2", frozenset({"indextts2"})),  # the model: front end, stage flows, decoding, CFM
+    ("indextts2", frozenset({"indextts2", "indextts25"})),  # the model: front end, stage flows, decoding, CFM
     ("synth", frozenset({"synth"})),  # the Synthesizer contract, engine selection, the draft voice
     ("backends", frozenset({"backends"})),  # the GPT step protocol, one adapter per runtime
     ("nets", frozenset({"nets"})),  # PyTorch definitions of the checkpoint's modules and its loader
