@@ -69,7 +69,7 @@ class VocosBackbone(nn.Module):
         return self.final_layer_norm(x.transpose(1, 2))
 
 
-class _Coder(nn.Sequential):
+class VocosCoder(nn.Sequential):
     """Keys `encoder.0.*` (backbone) and `encoder.1.*` (Linear back to the feature width)."""
 
     def __init__(self, s: SemanticCodecConfig):
@@ -101,7 +101,7 @@ class FactorizedVQ(nn.Module):
         return F.embedding(codes, self.codebook.weight).transpose(1, 2)
 
 
-class _Quantizer(nn.Module):
+class QuantizerStack(nn.Module):
     def __init__(self, s: SemanticCodecConfig):
         super().__init__()
         self.quantizers = nn.ModuleList([FactorizedVQ(s)])
@@ -113,9 +113,9 @@ class SemanticCodec(nn.Module):
     def __init__(self, sizes: SemanticCodecConfig):
         super().__init__()
         self.sizes = sizes
-        self.encoder = _Coder(sizes)
-        self.decoder = _Coder(sizes)  # loaded, never run
-        self.quantizer = _Quantizer(sizes)
+        self.encoder = VocosCoder(sizes)
+        self.decoder = VocosCoder(sizes)  # loaded, never run
+        self.quantizer = QuantizerStack(sizes)
 
     @property
     def vq(self) -> FactorizedVQ:
