@@ -196,25 +196,35 @@ def _write_hf_cache(g: torch.Generator, sizes: Sizes, hf: Path, *, maskgct_codec
     _save_torch({"generator": _state(bigvgan)}, hf / "bigvgan" / "bigvgan_generator.pt")
 
 
+def _write_checkpoint(out_dir: Path | str, seed: int, sizes: Sizes, stop_bias: float, *, v25: bool) -> Path:
+    with _staged_folder(out_dir) as tmp:
+        g = torch.Generator().manual_seed(seed)
+        small = _small_tensors(g, sizes)
+        cfg = make_config25(sizes) if v25 else make_config(sizes)
+        _write_config(tmp / "config.yaml", cfg, "IndexTTS-2.5" if v25 else "IndexTTS-2")
+        # one module at a time, so a full-size checkpoint never holds every module in memory at once
+        gpt = (rm.random_gpt25 if v25 else rm.random_gpt)(g, sizes, stop_bias)
+        _save_torch(_state(gpt), tmp / "gpt.pth")
+        del gpt
+        _write_s2mel(g, sizes, tmp / "s2mel.pth")
+        if v25:
+            _save_torch({"model": _state(rm.random_codec25(g, sizes))}, tmp / CODEC_FILE)
+        for name, value in small.items():
+            _save_torch(value, tmp / name)
+        if v25:
+            write_tiktoken(tmp / TOKENIZER_FILE, tiny_ranks())
+        else:
+            (tmp / "bpe.model").write_bytes(train_bpe())
+        _write_hf_cache(g, sizes, tmp / "hf_cache", maskgct_codec=not v25)
+    return Path(out_dir)
+
+
 def write_tiny_checkpoint(
     out_dir: Path | str, seed: int = 0, sizes: Sizes = TINY, *, stop_bias: float = STOP_BIAS
 ) -> Path:
     """Write every file of the official layout into `out_dir` (created; must be empty or absent).
     `sizes=FULL` writes a full-size random checkpoint (the release's shapes) instead."""
-    with _staged_folder(out_dir) as tmp:
-        g = torch.Generator().manual_seed(seed)
-        small = _small_tensors(g, sizes)
-        _write_config(tmp / "config.yaml", make_config(sizes), "IndexTTS-2")
-        # one module at a time, so a full-size checkpoint never holds every module in memory at once
-        gpt = rm.random_gpt(g, sizes, stop_bias)
-        _save_torch(_state(gpt), tmp / "gpt.pth")
-        del gpt
-        _write_s2mel(g, sizes, tmp / "s2mel.pth")
-        for name, value in small.items():
-            _save_torch(value, tmp / name)
-        (tmp / "bpe.model").write_bytes(train_bpe())
-        _write_hf_cache(g, sizes, tmp / "hf_cache", maskgct_codec=True)
-    return Path(out_dir)
+    return _write_checkpoint(out_dir, seed, sizes, stop_bias, v25=False)
 
 
 def write_tiny_checkpoint25(
@@ -224,20 +234,7 @@ def write_tiny_checkpoint25(
     gpt.pth, s2mel.pth (with the extra gpt_layer the release holds), codec.pth = {"model": every
     EnhancedCodec key, the unused encoder side included}, the tiny tiktoken rank file, no bpe.model and
     no MaskGCT codec. `sizes=FULL25` for full size (the §12 sizes chosen in tiny_config)."""
-    with _staged_folder(out_dir) as tmp:
-        g = torch.Generator().manual_seed(seed)
-        small = _small_tensors(g, sizes)
-        _write_config(tmp / "config.yaml", make_config25(sizes), "IndexTTS-2.5")
-        gpt = rm.random_gpt25(g, sizes, stop_bias)
-        _save_torch(_state(gpt), tmp / "gpt.pth")
-        del gpt
-        _write_s2mel(g, sizes, tmp / "s2mel.pth")
-        _save_torch({"model": _state(rm.random_codec25(g, sizes))}, tmp / CODEC_FILE)
-        for name, value in small.items():
-            _save_torch(value, tmp / name)
-        write_tiktoken(tmp / TOKENIZER_FILE, tiny_ranks())
-        _write_hf_cache(g, sizes, tmp / "hf_cache", maskgct_codec=False)
-    return Path(out_dir)
+    return _write_checkpoint(out_dir, seed, sizes, stop_bias, v25=True)
 
 
 WRITERS = {"indextts2": write_tiny_checkpoint, "indextts2.5": write_tiny_checkpoint25}

@@ -13,14 +13,20 @@ Every size comes from the tensors; config.yaml's `semantic_codec` block is check
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fasttts_cli.errors import InputError
-from fasttts_cli.nets.codec import FactorizedVQ, QuantizerStack, VocosCoder
+from fasttts_cli.nets.codec import (
+    FactorizedVQ,
+    QuantizerStack,
+    VocosCoder,
+    check_sizes,
+    codec_sizes_from_state,
+)
 from fasttts_cli.nets.config import SemanticCodecConfig
 from fasttts_cli.nets.wavenet import row_mask
 from fasttts_cli.nets.weights import CheckpointKeyError, split_known, strict_load, torch_load
@@ -82,33 +88,6 @@ class CodecDecode(nn.Module):
         return self.codec.decode(codes)
 
 
-def enhanced_codec_sizes(state: Mapping[str, torch.Tensor], file: Path) -> SemanticCodecConfig:
-    """Sizes from the decoder-side tensors of codec.pth."""
-
-    def shape(key: str) -> tuple[int, ...]:
-        if key not in state:
-            raise CheckpointKeyError(file, f"missing key {key}")
-        return tuple(state[key].shape)
-
-    dim, hidden, _ = shape("decoder.0.embed.weight")
-    inter = shape("decoder.0.convnext.0.pwconv1.weight")[0]
-    layers = len({k.split(".")[3] for k in state if k.startswith("decoder.0.convnext.")})
-    size, cdim = shape("quantizer.quantizers.0.codebook.weight")
-    n_q = len({k.split(".")[2] for k in state if k.startswith("quantizer.quantizers.")})
-    if n_q != 1:
-        raise InputError(file, f"{n_q} quantizers; 2.5's codec decodes exactly 1")
-    return SemanticCodecConfig(
-        codebook_size=size,
-        hidden_size=hidden,
-        codebook_dim=cdim,
-        vocos_dim=dim,
-        vocos_intermediate_dim=inter,
-        vocos_num_layers=layers,
-        num_quantizers=n_q,
-        downsample_scale=UPSAMPLE,
-    )
-
-
 def load_enhanced_codec(
     path: Path | str, cfg: SemanticCodecConfig | None = None
 ) -> tuple[EnhancedCodec, tuple[str, ...]]:
@@ -120,20 +99,9 @@ def load_enhanced_codec(
     if not isinstance(blob, Mapping) or not isinstance(blob.get("model"), Mapping):
         raise CheckpointKeyError(path, "missing key model (expected {'model': EnhancedCodec state dict})")
     state, extras = split_known(dict(blob["model"]), ENCODER_SIDE)
-    sizes = enhanced_codec_sizes(state, path)
+    sizes = replace(codec_sizes_from_state(state, path, "decoder", "model/"), downsample_scale=UPSAMPLE)
     if cfg is not None:
-        for key in (
-            "codebook_size",
-            "hidden_size",
-            "codebook_dim",
-            "vocos_dim",
-            "vocos_intermediate_dim",
-            "vocos_num_layers",
-        ):
-            if getattr(cfg, key) != getattr(sizes, key):
-                raise InputError(
-                    path, f"{key} is {getattr(sizes, key)} in the tensors, {getattr(cfg, key)} in config.yaml"
-                )
+        check_sizes(path, sizes, asdict(cfg))
     with torch.device("meta"):
         codec = EnhancedCodec(sizes)
     codec = codec.to_empty(device="cpu")
