@@ -1,4 +1,5 @@
-"""UnifiedVoice v2 (IndexTTS-2's GPT), weight-compatible with the official `gpt.pth`.
+"""UnifiedVoice v2 (IndexTTS-2's GPT), weight-compatible with the official `gpt.pth`. `UnifiedVoiceCore`
+is the part 2.5's campplus mode (nets/unified_voice25.py) shares with it.
 
 Stage API (explicit tensors in, tensors out; each stage matches one row of the parity table):
   speaker_conditioning / speaker_latents     stage 3.2   (B,T,C) w2v features -> (B,32,D)
