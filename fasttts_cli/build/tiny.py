@@ -15,6 +15,9 @@ Weights are random but non-trivial (norm scales near 1 but not 1, biases non-zer
 statistics set, weight-norm gains consistent with their directions), drawn from a torch Generator seeded
 with `seed`, so the same seed gives the same tensors. The tokenizer is trained on the spot from a small
 built-in text with SentencePiece's trainer (deterministic, single-threaded).
+
+`write_tiny_checkpoint25` writes the IndexTTS-2.5 layout (nets/release_layout25.py) the same way, with
+the tiny tiktoken rank file of nets/tiktoken_ranks.py as its tokenizer.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -33,16 +38,21 @@ from torch import nn
 
 from fasttts_cli.nets import random_model as rm
 from fasttts_cli.nets.checkpoint import RANDOM_KEY
+from fasttts_cli.nets.release_layout25 import CODEC_FILE
+from fasttts_cli.nets.tiktoken_ranks import TOKENIZER_FILE, tiny_ranks, write_tiktoken
 from fasttts_cli.nets.tiny_config import (  # noqa: F401  (the names this module has always offered)
     EMO_NUM,
     FULL,
+    FULL25,
     PREPROCESSOR_CONFIG,
     STOP_BIAS,
     TINY,
+    TINY25,
     TINY_CONFIG,
     Sizes,
     bigvgan_config,
     make_config,
+    make_config25,
     w2v_config,
 )
 
@@ -110,13 +120,10 @@ def _make_readable(folder: Path) -> None:
         p.chmod(0o755 if p.is_dir() else 0o644)
 
 
-def write_tiny_checkpoint(
-    out_dir: Path | str, seed: int = 0, sizes: Sizes = TINY, *, stop_bias: float = STOP_BIAS
-) -> Path:
-    """Write every file of the official layout into `out_dir` (created; must be empty or absent).
-    `sizes=FULL` writes a full-size random checkpoint (the release's shapes) instead."""
-    from safetensors.torch import save_file
-
+@contextmanager
+def _staged_folder(out_dir: Path | str) -> Iterator[Path]:
+    """A temporary sibling of `out_dir` (which must be empty or absent), renamed onto it when the body
+    succeeds and removed when it fails, so a half-written checkpoint is never left behind."""
     out = Path(out_dir)
     if out.exists() and any(out.iterdir()):
         from fasttts_cli.errors import UsageError
@@ -125,57 +132,7 @@ def write_tiny_checkpoint(
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        g = torch.Generator().manual_seed(seed)
-        with torch.no_grad():
-            n_proto = sum(EMO_NUM)
-            feat1 = 0.5 * torch.randn(n_proto, sizes.style_dim, generator=g)
-            feat2 = 0.5 * torch.randn(n_proto, sizes.gpt_dim, generator=g)
-            mean = 0.1 * torch.randn(sizes.w2v_width, generator=g)
-            var = 0.5 + 0.5 * torch.randn(sizes.w2v_width, generator=g).abs()
-
-        (tmp / "config.yaml").write_text(
-            "# IndexTTS-2 config.yaml (official schema) of a RANDOM-WEIGHT checkpoint written by "
-            "`fasttts tiny-checkpoint`.\n"
-            + yaml.safe_dump({**make_config(sizes), RANDOM_KEY: True}, sort_keys=False, allow_unicode=True),
-            encoding="utf-8",
-        )
-        # one module at a time, so a full-size checkpoint never holds every module in memory at once
-        gpt = rm.random_gpt(g, sizes, stop_bias)
-        _save_torch(_state(gpt), tmp / "gpt.pth")
-        del gpt
-        s2mel = rm.random_s2mel(g, sizes)
-        _save_torch({"net": {k: dict(v) for k, v in s2mel.official_state_dict().items()}}, tmp / "s2mel.pth")
-        del s2mel
-        _save_torch({"mean": mean, "var": var}, tmp / "wav2vec2bert_stats.pt")
-        _save_torch(feat1, tmp / "feat1.pt")
-        _save_torch(feat2, tmp / "feat2.pt")
-        (tmp / "bpe.model").write_bytes(train_bpe())
-
-        hf = tmp / "hf_cache"
-        w2v_dir = hf / "w2v-bert-2.0"
-        w2v_dir.mkdir(parents=True)
-        w2v = rm.random_w2v(g, sizes)
-        w2v_cfg = w2v.config.to_dict()
-        w2v_cfg["architectures"] = ["Wav2Vec2BertModel"]
-        (w2v_dir / "config.json").write_text(json.dumps(w2v_cfg, indent=2, sort_keys=True), encoding="utf-8")
-        (w2v_dir / "preprocessor_config.json").write_text(
-            json.dumps(PREPROCESSOR_CONFIG, indent=2), encoding="utf-8"
-        )
-        save_file(_state(w2v, copy=True), str(w2v_dir / "model.safetensors"), metadata={"format": "pt"})
-        del w2v
-        codec = rm.random_codec(g, sizes)
-        campplus = rm.random_campplus(g, sizes)
-        bigvgan = rm.random_bigvgan(g, sizes)
-        save_file(
-            _state(codec, copy=True), str(hf / "semantic_codec_model.safetensors"), metadata={"format": "pt"}
-        )
-        _save_torch(_state(campplus), hf / "campplus_cn_common.bin")
-        (hf / "bigvgan").mkdir()
-        (hf / "bigvgan" / "config.json").write_text(
-            json.dumps(bigvgan_config(sizes), indent=2), encoding="utf-8"
-        )
-        _save_torch({"generator": _state(bigvgan)}, hf / "bigvgan" / "bigvgan_generator.pt")
-
+        yield tmp
         _make_readable(tmp)
         if out.exists():
             out.rmdir()
@@ -183,7 +140,105 @@ def write_tiny_checkpoint(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return out
+
+
+def _small_tensors(g: torch.Generator, sizes: Sizes) -> dict[str, Any]:
+    """feat1, feat2 and the w2v statistics, drawn first from `g` (both models, same order)."""
+    with torch.no_grad():
+        n_proto = sum(EMO_NUM)
+        feat1 = 0.5 * torch.randn(n_proto, sizes.style_dim, generator=g)
+        feat2 = 0.5 * torch.randn(n_proto, sizes.gpt_dim, generator=g)
+        mean = 0.1 * torch.randn(sizes.w2v_width, generator=g)
+        var = 0.5 + 0.5 * torch.randn(sizes.w2v_width, generator=g).abs()
+    return {"feat1.pt": feat1, "feat2.pt": feat2, "wav2vec2bert_stats.pt": {"mean": mean, "var": var}}
+
+
+def _write_config(path: Path, cfg: dict[str, Any], model: str) -> None:
+    path.write_text(
+        f"# {model} config.yaml (official schema) of a RANDOM-WEIGHT checkpoint written by "
+        "`fasttts tiny-checkpoint`.\n"
+        + yaml.safe_dump({**cfg, RANDOM_KEY: True}, sort_keys=False, allow_unicode=True),
+        encoding="utf-8",
+    )
+
+
+def _write_s2mel(g: torch.Generator, sizes: Sizes, path: Path) -> None:
+    # with gpt_layer in both layouts: 2.5's released s2mel.pth holds one too (a known extra there)
+    s2mel = rm.random_s2mel(g, sizes)
+    _save_torch({"net": {k: dict(v) for k, v in s2mel.official_state_dict().items()}}, path)
+
+
+def _write_hf_cache(g: torch.Generator, sizes: Sizes, hf: Path, *, maskgct_codec: bool) -> None:
+    """hf_cache/: w2v-BERT, (the MaskGCT codec, v2 only), CAMPPlus, BigVGAN, drawn in that order."""
+    from safetensors.torch import save_file
+
+    w2v_dir = hf / "w2v-bert-2.0"
+    w2v_dir.mkdir(parents=True)
+    w2v = rm.random_w2v(g, sizes)
+    w2v_cfg = w2v.config.to_dict()
+    w2v_cfg["architectures"] = ["Wav2Vec2BertModel"]
+    (w2v_dir / "config.json").write_text(json.dumps(w2v_cfg, indent=2, sort_keys=True), encoding="utf-8")
+    (w2v_dir / "preprocessor_config.json").write_text(
+        json.dumps(PREPROCESSOR_CONFIG, indent=2), encoding="utf-8"
+    )
+    save_file(_state(w2v, copy=True), str(w2v_dir / "model.safetensors"), metadata={"format": "pt"})
+    del w2v
+    codec = rm.random_codec(g, sizes) if maskgct_codec else None
+    campplus = rm.random_campplus(g, sizes)
+    bigvgan = rm.random_bigvgan(g, sizes)
+    if codec is not None:
+        save_file(
+            _state(codec, copy=True), str(hf / "semantic_codec_model.safetensors"), metadata={"format": "pt"}
+        )
+    _save_torch(_state(campplus), hf / "campplus_cn_common.bin")
+    (hf / "bigvgan").mkdir()
+    (hf / "bigvgan" / "config.json").write_text(json.dumps(bigvgan_config(sizes), indent=2), encoding="utf-8")
+    _save_torch({"generator": _state(bigvgan)}, hf / "bigvgan" / "bigvgan_generator.pt")
+
+
+def _write_checkpoint(out_dir: Path | str, seed: int, sizes: Sizes, stop_bias: float, *, v25: bool) -> Path:
+    with _staged_folder(out_dir) as tmp:
+        g = torch.Generator().manual_seed(seed)
+        small = _small_tensors(g, sizes)
+        cfg = make_config25(sizes) if v25 else make_config(sizes)
+        _write_config(tmp / "config.yaml", cfg, "IndexTTS-2.5" if v25 else "IndexTTS-2")
+        # one module at a time, so a full-size checkpoint never holds every module in memory at once
+        gpt = (rm.random_gpt25 if v25 else rm.random_gpt)(g, sizes, stop_bias)
+        _save_torch(_state(gpt), tmp / "gpt.pth")
+        del gpt
+        _write_s2mel(g, sizes, tmp / "s2mel.pth")
+        if v25:
+            _save_torch({"model": _state(rm.random_codec25(g, sizes))}, tmp / CODEC_FILE)
+        for name, value in small.items():
+            _save_torch(value, tmp / name)
+        if v25:
+            write_tiktoken(tmp / TOKENIZER_FILE, tiny_ranks())
+        else:
+            (tmp / "bpe.model").write_bytes(train_bpe())
+        _write_hf_cache(g, sizes, tmp / "hf_cache", maskgct_codec=not v25)
+    return Path(out_dir)
+
+
+def write_tiny_checkpoint(
+    out_dir: Path | str, seed: int = 0, sizes: Sizes = TINY, *, stop_bias: float = STOP_BIAS
+) -> Path:
+    """Write every file of the official layout into `out_dir` (created; must be empty or absent).
+    `sizes=FULL` writes a full-size random checkpoint (the release's shapes) instead."""
+    return _write_checkpoint(out_dir, seed, sizes, stop_bias, v25=False)
+
+
+def write_tiny_checkpoint25(
+    out_dir: Path | str, seed: int = 0, sizes: Sizes = TINY25, *, stop_bias: float = STOP_BIAS
+) -> Path:
+    """The same for IndexTTS-2.5 (release_layout25): config.yaml without bpe_model, a campplus-mode
+    gpt.pth, s2mel.pth (with the extra gpt_layer the release holds), codec.pth = {"model": every
+    EnhancedCodec key, the unused encoder side included}, the tiny tiktoken rank file, no bpe.model and
+    no MaskGCT codec. `sizes=FULL25` for full size (the §12 sizes chosen in tiny_config)."""
+    return _write_checkpoint(out_dir, seed, sizes, stop_bias, v25=True)
+
+
+WRITERS = {"indextts2": write_tiny_checkpoint, "indextts2.5": write_tiny_checkpoint25}
+FULL_SIZES = {"indextts2": FULL, "indextts2.5": FULL25}
 
 
 def _source_digest() -> str:
@@ -198,14 +253,16 @@ def _source_digest() -> str:
     return h.hexdigest()
 
 
-def ensure_tiny_checkpoint(out_dir: Path | str, seed: int = 0) -> Path:
-    """`write_tiny_checkpoint` once per code version: reuse `out_dir` when its marker matches, else
-    rewrite it. A file lock makes parallel test workers share one copy."""
+def ensure_tiny_checkpoint(out_dir: Path | str, seed: int = 0, model: str = "indextts2") -> Path:
+    """`write_tiny_checkpoint` (or the 2.5 one, `model`) once per code version: reuse `out_dir` when its
+    marker matches, else rewrite it. A file lock makes parallel test workers share one copy."""
     import fcntl
 
     out = Path(out_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
-    marker = {"seed": seed, "source": _source_digest()}
+    marker: dict[str, Any] = {"seed": seed, "source": _source_digest()}
+    if model != "indextts2":
+        marker["model"] = model
     with open(out.parent / f"{out.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         stamp = out / "tiny_checkpoint.json"
@@ -217,6 +274,6 @@ def ensure_tiny_checkpoint(out_dir: Path | str, seed: int = 0) -> Path:
                 pass
         if out.exists():
             shutil.rmtree(out)
-        write_tiny_checkpoint(out, seed)
+        WRITERS[model](out, seed)
         stamp.write_text(json.dumps(marker), encoding="utf-8")
     return out

@@ -273,6 +273,9 @@ def download(
     return body, human
 
 
+TINY_MODELS = ("indextts2", "indextts2.5")  # build.tiny.WRITERS' keys (named here: no torch import)
+
+
 @command("tiny-checkpoint")
 def tiny_checkpoint(
     out_dir: Annotated[Path, typer.Argument(metavar="DIR", help="Folder to create (must be new or empty).")],
@@ -280,17 +283,24 @@ def tiny_checkpoint(
     full: Annotated[
         bool, typer.Option("--full", help="The release's full sizes instead of tiny ones (several GB).")
     ] = False,
+    model: Annotated[
+        str, typer.Option("--model", metavar="MODEL", help="The layout: indextts2 (default) or indextts2.5.")
+    ] = "indextts2",
 ) -> Job:
-    """Write a random-weight checkpoint in the official IndexTTS-2 layout (tiny by default, for tests)."""
+    """Write a random-weight checkpoint in the official IndexTTS-2 (or 2.5) layout (tiny by default)."""
 
     def body(rep: Reporter) -> dict[str, Any]:
+        if model not in TINY_MODELS:
+            raise UsageError(f"--model {model!r} is not one of {', '.join(TINY_MODELS)}")
         with build_extra():
-            from fasttts_cli.build.tiny import FULL, TINY, write_tiny_checkpoint
-        folder = write_tiny_checkpoint(out_dir, seed=seed, sizes=FULL if full else TINY)
+            from fasttts_cli.build.tiny import FULL_SIZES, WRITERS
+        write = WRITERS[model]
+        folder = write(out_dir, seed=seed, sizes=FULL_SIZES[model]) if full else write(out_dir, seed=seed)
         size = sum(f.stat().st_size for f in Path(folder).rglob("*") if f.is_file())
         return {
             "ok": True,
             "command": "tiny-checkpoint",
+            "model": model,
             "checkpoint": str(folder),
             "bytes": size,
             "seed": seed,

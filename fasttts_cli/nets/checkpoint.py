@@ -18,13 +18,20 @@ import hashlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from fasttts_cli.errors import InputError, MissingDependencyError
 from fasttts_cli.nets.config import IndexTTS2Config, load_config
-from fasttts_cli.nets.release_layout import AUX_BY_KEY, AUX_MODELS, MAIN_REPO, find_auxiliary, find_layout
+from fasttts_cli.nets.release_layout import (
+    AUX_BY_KEY,
+    AUX_MODELS,
+    MAIN_REPO,
+    AuxModel,
+    find_auxiliary,
+    find_layout,
+)
 from fasttts_cli.spec.engine_folder import file_sha256
 
 # Top-level config.yaml key written by `fasttts tiny-checkpoint`: the weights are random. The official
@@ -95,9 +102,11 @@ class ResolvedPaths:
             raise missing_files_error(missing)
 
 
-def auxiliary_files(aux: dict[str, Path]) -> Iterator[tuple[str, Path]]:
+def auxiliary_files(
+    aux: dict[str, Path], models: tuple[AuxModel, ...] = AUX_MODELS
+) -> Iterator[tuple[str, Path]]:
     """(label, path) of each file of the auxiliary models: `w2v_bert/config.json`, `codec`, ..."""
-    for m in AUX_MODELS:
+    for m in models:
         if m.folder:
             for f in m.files:
                 yield f"{m.key}/{Path(f).name}", aux[m.key] / Path(f).name
@@ -105,20 +114,27 @@ def auxiliary_files(aux: dict[str, Path]) -> Iterator[tuple[str, Path]]:
             yield m.key, aux[m.key]
 
 
-def source_of(label: str, path: Path) -> str:
+def source_of(label: str, path: Path, main_repo: str = MAIN_REPO) -> str:
     """The repository a file of the checkpoint comes from (and its name there when it differs), for
     error messages: `(from funasr/campplus)`, `(semantic_codec/model.safetensors from amphion/MaskGCT)`."""
     key, _, inner = label.partition("/")
     model = AUX_BY_KEY.get(key)
     if model is None:
-        return f"(from {MAIN_REPO})"
+        return f"(from {main_repo})"
     name = inner if model.folder else model.files[0]
     return f"(from {model.repo})" if name == path.name else f"({name} from {model.repo})"
 
 
-def missing_files_error(missing: list[tuple[str, Path]]) -> MissingDependencyError:
-    """One error naming every missing file, where it was expected and where it comes from."""
-    items = "; ".join(f"{p} {source_of(label, p)}" for label, p in missing)
+def missing_files_error(
+    missing: list[tuple[str, Path]], main_repo: str = MAIN_REPO, hint: str | None = None
+) -> MissingDependencyError:
+    """One error naming every missing file, where it was expected and where it comes from. `hint`
+    replaces the default advice (fetch IndexTTS-2, or point the auxiliary-model flags at copies)."""
+    items = "; ".join(f"{p} {source_of(label, p, main_repo)}" for label, p in missing)
+    n = len(missing)
+    msg = f"checkpoint incomplete: {n} model file{'s' * (n != 1)} missing: {items}"
+    if hint is not None:
+        return MissingDependencyError(msg, hint=hint)
     keys = {label.split("/")[0] for label, _ in missing}
     flags = [f"--{m.key.replace('_', '-')}" for m in AUX_MODELS if m.key in keys]
     hint = (
@@ -127,10 +143,7 @@ def missing_files_error(missing: list[tuple[str, Path]]) -> MissingDependencyErr
     )
     if flags:
         hint += f", or point {', '.join(flags)} at copies you have"
-    n = len(missing)
-    return MissingDependencyError(
-        f"checkpoint incomplete: {n} model file{'s' * (n != 1)} missing: {items}", hint=hint
-    )
+    return MissingDependencyError(msg, hint=hint)
 
 
 def locate_checkpoint(paths: CheckpointPaths, env: Mapping[str, str] | None = None) -> CheckpointPaths:
@@ -175,13 +188,18 @@ class IndexTTS2Modules:
         return self.config.raw.get(RANDOM_KEY) is True
 
 
-def checkpoint_digest(paths: ResolvedPaths) -> str:
+class ListsFiles(Protocol):
+    def files(self) -> Iterator[tuple[str, Path]]: ...
+
+
+def checkpoint_digest(paths: ListsFiles) -> str:
     """sha256 over `label:sha256(file)` lines of every file the model reads (overrides included)."""
     lines = [f"{label}:{file_sha256(p)}\n" for label, p in paths.files()]
     return hashlib.sha256("".join(lines).encode()).hexdigest()
 
 
-def _tensor_file(path: Path, rows: int, cols: int, what: str) -> np.ndarray:
+def read_matrix(path: Path, rows: int, cols: int, what: str) -> np.ndarray:
+    """A bare (rows, cols) tensor file (feat1/feat2) as float32."""
     import torch
 
     from fasttts_cli.nets.weights import torch_load
@@ -194,7 +212,8 @@ def _tensor_file(path: Path, rows: int, cols: int, what: str) -> np.ndarray:
     return t.detach().float().numpy().copy()
 
 
-def _stats(path: Path, width: int) -> tuple[np.ndarray, np.ndarray]:
+def read_w2v_stats(path: Path, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """wav2vec2bert_stats.pt = {'mean', 'var'}, each `width` values."""
     from fasttts_cli.nets.weights import torch_load
 
     blob = torch_load(path)
@@ -242,7 +261,7 @@ def load_checkpoint(paths: CheckpointPaths | Path | str) -> IndexTTS2Modules:
     with torch.no_grad():
         w2v = load_w2v_bert(rp.w2v_bert, rp.w2v_stat)
         width = int(w2v.mean.numel())
-        mean, var = _stats(rp.w2v_stat, width)
+        mean, var = read_w2v_stats(rp.w2v_stat, width)
         gpt = load_unified_voice(rp.gpt, cfg.raw["gpt"], cond_input_size=width, config_path=rp.config)
         s2mel = load_s2mel(rp.s2mel, cfg.raw["s2mel"])
         codec = load_codec(rp.codec, cfg.raw.get("semantic_codec"))
@@ -266,6 +285,6 @@ def load_checkpoint(paths: CheckpointPaths | Path | str) -> IndexTTS2Modules:
         bigvgan=bigvgan,
         w2v_mean=mean,
         w2v_var=var,
-        spk_matrix=_tensor_file(rp.spk_matrix, n_proto, cfg.s2mel.style_dim, "spk_matrix (feat1)"),
-        emo_matrix=_tensor_file(rp.emo_matrix, n_proto, cfg.gpt.model_dim, "emo_matrix (feat2)"),
+        spk_matrix=read_matrix(rp.spk_matrix, n_proto, cfg.s2mel.style_dim, "spk_matrix (feat1)"),
+        emo_matrix=read_matrix(rp.emo_matrix, n_proto, cfg.gpt.model_dim, "emo_matrix (feat2)"),
     )

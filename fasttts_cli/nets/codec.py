@@ -8,7 +8,9 @@ All sizes come from the tensors; `config.yaml`'s `semantic_codec` block, when gi
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -69,7 +71,7 @@ class VocosBackbone(nn.Module):
         return self.final_layer_norm(x.transpose(1, 2))
 
 
-class _Coder(nn.Sequential):
+class VocosCoder(nn.Sequential):
     """Keys `encoder.0.*` (backbone) and `encoder.1.*` (Linear back to the feature width)."""
 
     def __init__(self, s: SemanticCodecConfig):
@@ -101,7 +103,7 @@ class FactorizedVQ(nn.Module):
         return F.embedding(codes, self.codebook.weight).transpose(1, 2)
 
 
-class _Quantizer(nn.Module):
+class QuantizerStack(nn.Module):
     def __init__(self, s: SemanticCodecConfig):
         super().__init__()
         self.quantizers = nn.ModuleList([FactorizedVQ(s)])
@@ -113,9 +115,9 @@ class SemanticCodec(nn.Module):
     def __init__(self, sizes: SemanticCodecConfig):
         super().__init__()
         self.sizes = sizes
-        self.encoder = _Coder(sizes)
-        self.decoder = _Coder(sizes)  # loaded, never run
-        self.quantizer = _Quantizer(sizes)
+        self.encoder = VocosCoder(sizes)
+        self.decoder = VocosCoder(sizes)  # loaded, never run
+        self.quantizer = QuantizerStack(sizes)
 
     @property
     def vq(self) -> FactorizedVQ:
@@ -165,19 +167,24 @@ class CodecEmbed(nn.Module):
         return self.codec.vq2emb(codes)
 
 
-def codec_sizes_from_state(state: dict[str, torch.Tensor], file: Path) -> SemanticCodecConfig:
+def codec_sizes_from_state(
+    state: Mapping[str, torch.Tensor], file: Path, coder: str = "encoder", prefix: str = ""
+) -> SemanticCodecConfig:
+    """Sizes from the tensors of one Vocos coder (`encoder`, or `decoder` for 2.5's decode-only load) and
+    the quantizer. `prefix` names where the dict sits in the file, for the message only."""
+
     def shape(key: str) -> tuple[int, ...]:
         if key not in state:
-            raise CheckpointKeyError(file, f"missing key {key}")
+            raise CheckpointKeyError(file, f"missing key {prefix}{key}")
         return tuple(state[key].shape)
 
-    dim, hidden, _ = shape("encoder.0.embed.weight")
-    inter = shape("encoder.0.convnext.0.pwconv1.weight")[0]
-    layers = len({k.split(".")[3] for k in state if k.startswith("encoder.0.convnext.")})
+    dim, hidden, _ = shape(f"{coder}.0.embed.weight")
+    inter = shape(f"{coder}.0.convnext.0.pwconv1.weight")[0]
+    layers = len({k.split(".")[3] for k in state if k.startswith(f"{coder}.0.convnext.")})
     size, cdim = shape("quantizer.quantizers.0.codebook.weight")
     n_q = len({k.split(".")[2] for k in state if k.startswith("quantizer.quantizers.")})
     if n_q != 1:
-        raise InputError(file, f"{n_q} quantizers; IndexTTS-2's semantic codec has exactly 1")
+        raise InputError(file, f"{n_q} quantizers; the semantic codec has exactly 1")
     return SemanticCodecConfig(
         codebook_size=size,
         hidden_size=hidden,
@@ -187,6 +194,24 @@ def codec_sizes_from_state(state: dict[str, torch.Tensor], file: Path) -> Semant
         vocos_num_layers=layers,
         num_quantizers=n_q,
     )
+
+
+SIZE_KEYS = (
+    "hidden_size",
+    "vocos_dim",
+    "vocos_intermediate_dim",
+    "vocos_num_layers",
+    "codebook_size",
+    "codebook_dim",
+)
+
+
+def check_sizes(path: Path, sizes: SemanticCodecConfig, cfg: Mapping[str, Any]) -> None:
+    """Every size config.yaml's `semantic_codec` block names equals the tensors' (InputError otherwise)."""
+    for key in SIZE_KEYS:
+        if key in cfg and int(cfg[key]) != getattr(sizes, key):
+            got = getattr(sizes, key)
+            raise InputError(path, f"{key} is {got} in the tensors, {cfg[key]} in config.yaml")
 
 
 def load_codec(path: Path | str, cfg: dict | None = None) -> SemanticCodec:
@@ -200,19 +225,7 @@ def load_codec(path: Path | str, cfg: dict | None = None) -> SemanticCodec:
     state = load_file(str(path))
     sizes = codec_sizes_from_state(state, path)
     if cfg:
-        for key in (
-            "hidden_size",
-            "vocos_dim",
-            "vocos_intermediate_dim",
-            "vocos_num_layers",
-            "codebook_size",
-            "codebook_dim",
-        ):
-            if key in cfg and int(cfg[key]) != getattr(sizes, key):
-                raise InputError(
-                    path,
-                    f"{key} is {getattr(sizes, key)} in the tensors, {cfg[key]} in config.yaml",
-                )
+        check_sizes(path, sizes, cfg)
         if int(cfg.get("num_quantizers", 1)) != 1 or int(cfg.get("downsample_scale", 1) or 1) > 1:
             raise InputError(
                 path, "only num_quantizers 1 and downsample_scale 1 are supported (IndexTTS-2's)"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import types
 import typing
 from collections.abc import Callable, Mapping
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -54,8 +54,9 @@ class GPTConfig:
     stop_mel_token: int
     start_text_token: int
     stop_text_token: int
-    condition_module: ConditionModuleConfig
     emo_condition_module: ConditionModuleConfig
+    # the speaker conditioner; IndexTTS-2 requires it, 2.5's campplus mode accepts it but builds nothing
+    condition_module: ConditionModuleConfig | None = None
     use_mel_codes_as_input: bool = True
     mel_length_compression: int = 1024
     train_solo_embeddings: bool = False
@@ -149,6 +150,9 @@ class S2MelConfig:
 
 @dataclass(frozen=True)
 class IndexTTS2Config:
+    """config.yaml of either model: `model` says which schema it was read with ("indextts2", or
+    "indextts2.5", whose file has no `dataset.bpe_model`: `bpe_model` is "" then)."""
+
     path: Path
     bpe_model: str
     gpt: GPTConfig
@@ -163,6 +167,7 @@ class IndexTTS2Config:
     version: str
     vocoder_name: str = ""
     qwen_emo_path: str = ""
+    model: str = "indextts2"
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
@@ -232,6 +237,8 @@ def _build(cls: type, path: Path, raw: Any, where: str, *, strict: bool, nested:
     for f in fields(cls):
         if nested and f.name in nested:
             if f.name not in data:
+                if f.default is not MISSING:
+                    continue
                 raise ConfigError(path, f"missing key {key(f.name)}")
             kwargs[f.name] = nested[f.name](data[f.name], key(f.name))
             continue
@@ -266,7 +273,16 @@ def _get(path: Path, data: dict[str, Any], key: str) -> Any:
     return dotted(data, key, lambda: ConfigError(path, f"missing key {key}"))
 
 
-def parse_config(data: dict[str, Any], path: Path) -> IndexTTS2Config:
+MODELS = ("indextts2", "indextts2.5")
+
+
+def parse_config(data: dict[str, Any], path: Path, model: str = "indextts2") -> IndexTTS2Config:
+    """`model` "indextts2.5" reads the 2.5 schema (delta §1.2): no `dataset.bpe_model`, an optional
+    `gpt.condition_module` (campplus mode builds no speaker conditioner), and `semantic_codec` with
+    exactly EnhancedCodec's keys (any other raises TypeError there), `downsample_scale` 2 when absent."""
+    if model not in MODELS:
+        raise ValueError(f"unknown model {model!r}")
+    v25 = model == "indextts2.5"
     data = _table(path, data, "<top level>")
 
     def cond(raw: Any, where: str) -> ConditionModuleConfig:
@@ -282,9 +298,12 @@ def parse_config(data: dict[str, Any], path: Path) -> IndexTTS2Config:
     )
     if gpt.model_dim % gpt.heads:
         raise ConfigError(path, f"gpt.model_dim {gpt.model_dim} is not a multiple of gpt.heads {gpt.heads}")
-    codec = _build(
-        SemanticCodecConfig, path, _get(path, data, "semantic_codec"), "semantic_codec", strict=False
-    )
+    if gpt.condition_module is None and not v25:
+        raise ConfigError(path, "missing key gpt.condition_module")
+    raw_codec = _get(path, data, "semantic_codec")
+    codec = _build(SemanticCodecConfig, path, raw_codec, "semantic_codec", strict=v25)
+    if v25:
+        codec = _enhanced_codec_sizes(codec, raw_codec, path)
     pp = _get(path, data, "s2mel.preprocess_params")
     s2 = S2MelConfig(
         sr=_build(_Sr, path, pp, "s2mel.preprocess_params", strict=False).sr,
@@ -316,7 +335,7 @@ def parse_config(data: dict[str, Any], path: Path) -> IndexTTS2Config:
     vocoder = data.get("vocoder") or {}
     return IndexTTS2Config(
         path=path,
-        bpe_model=str(_get(path, data, "dataset.bpe_model")),
+        bpe_model="" if v25 else str(_get(path, data, "dataset.bpe_model")),
         gpt=gpt,
         semantic_codec=codec,
         s2mel=s2,
@@ -329,8 +348,26 @@ def parse_config(data: dict[str, Any], path: Path) -> IndexTTS2Config:
         version=top.version,
         vocoder_name=str(vocoder.get("name", "")) if isinstance(vocoder, dict) else "",
         qwen_emo_path=top.qwen_emo_path,
+        model=model,
         raw=data,
     )
+
+
+def _enhanced_codec_sizes(codec: SemanticCodecConfig, raw: dict[str, Any], path: Path) -> SemanticCodecConfig:
+    """The constraints 2.5's EnhancedCodec puts on its sizes (delta §1.2): `decode` supplies one code
+    stream, and defines its output only when downsample_scale > 1 (then it upsamples by 2 whatever the
+    value: the `down`/`up` convolutions are fixed at stride 2)."""
+    if "downsample_scale" not in raw:
+        codec = replace(codec, downsample_scale=2)
+    if codec.num_quantizers != 1:
+        raise ConfigError(
+            path, f"semantic_codec.num_quantizers is {codec.num_quantizers}; 2.5 decodes exactly 1"
+        )
+    if codec.downsample_scale <= 1:
+        raise ConfigError(
+            path, f"semantic_codec.downsample_scale is {codec.downsample_scale}; 2.5's decode needs > 1"
+        )
+    return codec
 
 
 @dataclass(frozen=True)
@@ -354,8 +391,9 @@ class _Top:
     qwen_emo_path: str = ""
 
 
-def load_config(path: Path | str) -> IndexTTS2Config:
+def load_config(path: Path | str, model: str = "indextts2") -> IndexTTS2Config:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(path, "file not found", hint="a checkpoint directory holds config.yaml")
-    return parse_config(parse_text_file(path, yaml.safe_load, yaml.YAMLError, "YAML", ConfigError), path)
+    data = parse_text_file(path, yaml.safe_load, yaml.YAMLError, "YAML", ConfigError)
+    return parse_config(data, path, model)

@@ -1,4 +1,4 @@
-"""The one random-weight model factory: every IndexTTS-2 module family at any size, from OUR module
+"""The one random-weight model factory: every IndexTTS-2 and 2.5 module family at any size, from OUR module
 definitions, with seeded, ordinary, non-trivial values. Used by the tiny checkpoint (`build.tiny`), the
 random torch models of the GPU bench and tests (`nets.random_modules`), the random DiTs of the
 s2mel cache tests and benchmarks, and the full-size random checkpoint of `fasttts bench --random-weights`.
@@ -22,7 +22,16 @@ from torch import nn
 
 from fasttts_cli.nets.config import SemanticCodecConfig
 from fasttts_cli.nets.dit import DiT, DiTConfig
-from fasttts_cli.nets.tiny_config import STOP_BIAS, TINY, Sizes, bigvgan_config, make_config, w2v_config
+from fasttts_cli.nets.tiny_config import (
+    STOP_BIAS,
+    TINY,
+    TINY25,
+    Sizes,
+    bigvgan_config,
+    make_config,
+    make_config25,
+    w2v_config,
+)
 from fasttts_cli.nets.wavenet import WaveNetConfig
 
 
@@ -193,6 +202,30 @@ def random_gpt(g: torch.Generator, z: Sizes = TINY, stop_bias: float = STOP_BIAS
 
 
 @torch.no_grad()
+def random_gpt25(g: torch.Generator, z: Sizes = TINY25, stop_bias: float = STOP_BIAS) -> nn.Module:
+    """2.5's UnifiedVoice (campplus mode) at sizes `z`: spk_emb_proj from the style width, lang_embedding
+    with the original's 107 rows."""
+    from fasttts_cli.nets.unified_voice25 import UnifiedVoice25
+    from fasttts_cli.nets.unified_voice_config import LANG_ROWS, UnifiedVoiceConfig
+
+    gpt = make_config25(z)["gpt"]
+    cfg = UnifiedVoiceConfig.from_gpt_section(
+        gpt, None, cond_input_size=z.w2v_width, spk_cond_mode="campplus"
+    )
+    cfg = replace(
+        cfg,
+        emo_conformer=replace(cfg.emo_conformer, cnn_kernel=z.cond_kernel, max_len=z.cond_max_len),
+        emo_perceiver=replace(cfg.emo_perceiver, dim=z.emo_perceiver_dim, dim_head=z.perceiver_dim_head),
+        style_dim=z.style_dim,
+        lang_rows=LANG_ROWS,
+    )
+    uv = UnifiedVoice25(cfg)
+    init_weights(uv, g)
+    uv.mel_head.bias[cfg.stop_mel_token] += stop_bias  # as random_gpt: let random lines stop
+    return uv
+
+
+@torch.no_grad()
 def random_s2mel(g: torch.Generator, z: Sizes = TINY) -> nn.Module:
     d = z.s2mel_dim
     dcfg = dit_config(
@@ -224,6 +257,15 @@ def random_codec(g: torch.Generator, z: Sizes = TINY) -> nn.Module:
     from fasttts_cli.nets.codec import SemanticCodec
 
     return init_weights(SemanticCodec(SemanticCodecConfig(**make_config(z)["semantic_codec"])), g)
+
+
+@torch.no_grad()
+def random_codec25(g: torch.Generator, z: Sizes = TINY25) -> nn.Module:
+    """2.5's EnhancedCodec with every key of the official codec.pth (the unused encoder side too)."""
+    from fasttts_cli.nets.codec_enhanced import EnhancedCodec
+
+    sizes = SemanticCodecConfig(**make_config25(z)["semantic_codec"])
+    return init_weights(EnhancedCodec(sizes, encoder_side=True), g)
 
 
 @torch.no_grad()

@@ -219,7 +219,9 @@ class CFM(nn.Module):
 
 
 class S2Mel(nn.Module):
-    def __init__(self, cfm: CFM, length_regulator: LengthRegulator, gpt_layer: GptLayer) -> None:
+    """gpt_layer None: 2.5's s2mel, which builds only cfm and length_regulator (nets/s2mel25.py)."""
+
+    def __init__(self, cfm: CFM, length_regulator: LengthRegulator, gpt_layer: GptLayer | None) -> None:
         super().__init__()
         self.cfm = cfm
         self.length_regulator = length_regulator
@@ -241,6 +243,8 @@ class S2Mel(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """latent (B, n, gpt_dim), vq_emb (B, n, 1024) = codec vq2emb(codes), code_lens (B,), ylens (B,)
         target frames (>= 1; None: floor(1.72 n)) -> (cond (B, max ylens, C), ylens)."""
+        if self.gpt_layer is None:
+            raise ValueError("this s2mel has no gpt_layer (2.5): use s2mel25.content25")
         s_infer = vq_emb + self.gpt_layer(latent)
         if ylens is None:
             ylens = target_lengths(code_lens)
@@ -248,11 +252,13 @@ class S2Mel(nn.Module):
 
     def official_state_dict(self) -> dict[str, dict[str, torch.Tensor]]:
         """The value of `net` in s2mel.pth: per module, official keys (weight norm as weight_g/weight_v)."""
-        return {
+        net = {
             "cfm": self.cfm.official_state_dict(),
             "length_regulator": self.length_regulator.official_state_dict(),
-            "gpt_layer": self.gpt_layer.official_state_dict(),
         }
+        if self.gpt_layer is not None:
+            net["gpt_layer"] = self.gpt_layer.official_state_dict()
+        return net
 
 
 # -- loading --------------------------------------------------------------------------------------------
@@ -293,14 +299,19 @@ def _check_variant(s2mel_cfg: Mapping[str, Any], file: Path) -> None:
 
 
 def build_s2mel(
-    s2mel_cfg: Mapping[str, Any], net: Mapping[str, Mapping[str, torch.Tensor]], file: Path
+    s2mel_cfg: Mapping[str, Any],
+    net: Mapping[str, Mapping[str, torch.Tensor]],
+    file: Path,
+    *,
+    gpt_layer: bool = True,
 ) -> S2Mel:
-    """Modules sized from the config and (where the original hard-codes a size) from the tensors."""
+    """Modules sized from the config and (where the original hard-codes a size) from the tensors.
+    gpt_layer False: without it (2.5), whether or not `net` holds one."""
     _check_variant(s2mel_cfg, file)
-    for part in ("cfm", "length_regulator", "gpt_layer"):
+    for part in ("cfm", "length_regulator", "gpt_layer")[: 3 if gpt_layer else 2]:
         if part not in net:
             raise CheckpointKeyError(file, f"missing key net/{part}")
-    cfm_sd, lr_sd, gl_sd = net["cfm"], net["length_regulator"], net["gpt_layer"]
+    cfm_sd, lr_sd = net["cfm"], net["length_regulator"]
     g = lambda p: _get(s2mel_cfg, p, file)  # noqa: E731
 
     wn = WaveNetConfig(
@@ -335,11 +346,12 @@ def build_s2mel(
         n_blocks=len(g("length_regulator.sampling_ratios")),
         codebook_size=int(g("length_regulator.content_codebook_size")),
     )
-    widths = _gpt_layer_widths(gl_sd, file)
-    model = S2Mel(CFM(DiT(dcfg)), lr, GptLayer(widths))
+    gl = GptLayer(_gpt_layer_widths(net["gpt_layer"], file)) if gpt_layer else None
+    model = S2Mel(CFM(DiT(dcfg)), lr, gl)
     strict_load(model.cfm, cfm_sd, file, prefix="net/cfm/")
     strict_load(model.length_regulator, lr_sd, file, prefix="net/length_regulator/")
-    strict_load(model.gpt_layer, gl_sd, file, prefix="net/gpt_layer/")
+    if model.gpt_layer is not None:
+        strict_load(model.gpt_layer, net["gpt_layer"], file, prefix="net/gpt_layer/")
     return model.eval()
 
 
@@ -353,17 +365,20 @@ def _gpt_layer_widths(sd: Mapping[str, torch.Tensor], file: Path) -> list[int]:
     return widths
 
 
-def load_s2mel(path: Path, s2mel_cfg: Mapping[str, Any]) -> S2Mel:
-    """Read s2mel.pth (official layout) with strict keys; `s2mel_cfg` is config.yaml's `s2mel` section."""
-    path = Path(path)
+def read_s2mel_net(path: Path) -> dict[str, dict[str, torch.Tensor]]:
+    """s2mel.pth's `net` (every module's state dict, a DataParallel `module.` prefix stripped)."""
     blob = torch_load(path)
     if not isinstance(blob, Mapping) or "net" not in blob or not isinstance(blob["net"], Mapping):
         raise CheckpointKeyError(
             path, "missing key net (expected {'net': {'cfm', 'length_regulator', 'gpt_layer'}})"
         )
-    net = {
-        k: _strip_module(v) for k, v in blob["net"].items() if k in ("cfm", "length_regulator", "gpt_layer")
-    }
+    return {k: _strip_module(v) for k, v in blob["net"].items() if isinstance(v, Mapping)}
+
+
+def load_s2mel(path: Path, s2mel_cfg: Mapping[str, Any]) -> S2Mel:
+    """Read s2mel.pth (official layout) with strict keys; `s2mel_cfg` is config.yaml's `s2mel` section."""
+    path = Path(path)
+    net = {k: v for k, v in read_s2mel_net(path).items() if k in ("cfm", "length_regulator", "gpt_layer")}
     return build_s2mel(s2mel_cfg, net, path)
 
 

@@ -1,13 +1,16 @@
-"""The sizes and the official-schema configs of a generated (random-weight) IndexTTS-2 checkpoint:
-`Sizes` holds every width, TINY the test checkpoint's, FULL the release's (spec §1.2); `make_config`
-writes config.yaml's content for a `Sizes`, `w2v_config` / `bigvgan_config` the HF w2v-BERT and BigVGAN
-JSON configs. Pure data: `build.random_model` builds the modules, `build.tiny` writes the files.
+"""The sizes and the official-schema configs of a generated (random-weight) IndexTTS-2 or 2.5 checkpoint:
+`Sizes` holds every width, TINY the test checkpoint's, FULL the release's (spec §1.2), TINY25/FULL25
+the 2.5 ones; `make_config` / `make_config25` write config.yaml's content for a `Sizes`, `w2v_config` /
+`bigvgan_config` the HF w2v-BERT and BigVGAN JSON configs. Pure data: `nets.random_model` builds the
+modules, `build.tiny` writes the files.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
+
+from fasttts_cli.nets.tiktoken_ranks import N_SPECIAL, tiny_ranks
 
 EMO_NUM = [3, 17, 2, 8, 4, 5, 10, 24]
 
@@ -303,3 +306,28 @@ def bigvgan_config(z: Sizes = TINY) -> dict[str, Any]:
         "fmin": 0,
         "fmax": None,
     }
+
+
+# -- IndexTTS-2.5 (delta §13.2) --------------------------------------------------------------------------
+
+# The tiny tokenizer's ids run up to R + N_SPECIAL - 1: the text table holds them all.
+TINY25 = replace(TINY, number_text_tokens=len(tiny_ranks()) + N_SPECIAL)
+# Full-size random 2.5 checkpoints. The release's sizes are unknown (delta §12); chosen here: the v2 GPT
+# (24 layers x 1280, 20 heads, max_text_tokens 600, max_mel_tokens 1815 >= 1498, start/stop text 0/1,
+# mel 8192/8193 of 8194 codes), number_text_tokens 60509 (= n_vocab of the CosyVoice-sized vocabulary,
+# 58836 ranks + 1673 specials, so 60510 text rows and about 810 M GPT parameters, the "0.8B" of the
+# README), the v2 codec sizes (8192 x 8, vocos 384/2048/12, hidden 1024, downsample_scale 2), the v2
+# s2mel (DiT 512 x 13, 8 heads, WaveNet 8, LR 512 from 1024) and emo_num.
+FULL25 = replace(FULL, number_text_tokens=58836 + N_SPECIAL)
+
+
+def make_config25(z: Sizes = TINY25) -> dict[str, Any]:
+    """config.yaml of a 2.5 checkpoint: the v2 schema without `dataset.bpe_model`, with no
+    `gpt.condition_module` (campplus mode reads none; the loader also accepts one), and
+    `semantic_codec.downsample_scale` 2."""
+    cfg = make_config(z)
+    del cfg["dataset"]["bpe_model"]
+    del cfg["gpt"]["condition_module"]
+    cfg["semantic_codec"]["downsample_scale"] = 2
+    cfg["version"] = 2.5
+    return cfg

@@ -1,4 +1,5 @@
-"""UnifiedVoice v2 (IndexTTS-2's GPT), weight-compatible with the official `gpt.pth`.
+"""UnifiedVoice v2 (IndexTTS-2's GPT), weight-compatible with the official `gpt.pth`. `UnifiedVoiceCore`
+is the part 2.5's campplus mode (nets/unified_voice25.py) shares with it.
 
 Stage API (explicit tensors in, tensors out; each stage matches one row of the parity table):
   speaker_conditioning / speaker_latents     stage 3.2   (B,T,C) w2v features -> (B,32,D)
@@ -19,7 +20,7 @@ it was given (a tuple of pairs when `past_kv` is None).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -83,16 +84,21 @@ class ForcedDecode:
 # --------------------------------------------------------------------------------------------- model
 
 
-class UnifiedVoice(nn.Module):
+class UnifiedVoiceCore(nn.Module):
+    """What both speaker-conditioning modes share (the emotion chain, the text and mel tables, the trunk
+    and its heads, the prefix layout and the forced decode); `UnifiedVoice` (IndexTTS-2) and
+    `unified_voice25.UnifiedVoice25` (2.5's campplus mode) add their speaker modules around it."""
+
     def __init__(self, cfg: UnifiedVoiceConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        d = cfg.model_dim
-        self.conditioning_encoder = ConformerEncoder(cfg.spk_conformer)
-        self.perceiver_encoder = PerceiverResampler(cfg.spk_perceiver)
-        self.emo_conditioning_encoder = ConformerEncoder(cfg.emo_conformer)
-        self.emo_perceiver_encoder = PerceiverResampler(cfg.emo_perceiver)
-        self.speed_emb = nn.Embedding(2, d)
+
+    def _add_emotion_modules(self) -> None:
+        self.emo_conditioning_encoder = ConformerEncoder(self.cfg.emo_conformer)
+        self.emo_perceiver_encoder = PerceiverResampler(self.cfg.emo_perceiver)
+
+    def _add_shared_modules(self) -> None:
+        cfg, d = self.cfg, self.cfg.model_dim
         self.text_embedding = nn.Embedding(cfg.text_vocab, d)
         self.mel_embedding = nn.Embedding(cfg.number_mel_codes, d)
         self.text_pos_embedding = PosTable(cfg.text_pos_rows, d)
@@ -104,22 +110,7 @@ class UnifiedVoice(nn.Module):
         self.text_head = nn.Linear(d, cfg.text_vocab)  # loaded for strictness; unused at inference
         self.mel_head = nn.Linear(d, cfg.number_mel_codes)
 
-    # ----------------------------------------------------------------------------- conditioners
-
-    def speaker_conditioning(
-        self, spk_cond_emb: torch.Tensor, lengths: torch.Tensor | None = None
-    ) -> SpeakerConditioning:
-        """spk_cond_emb (B, T, C) normalised w2v-BERT layer-17 features; lengths (B,) or None (= all valid,
-        what the original does for prompts up to 1024 frames)."""
-        out, mask = self.conditioning_encoder(spk_cond_emb, lengths)
-        latents = self.perceiver_encoder(out, mask[:, 0])
-        return SpeakerConditioning(out, mask, latents)
-
-    def speaker_latents(
-        self, spk_cond_emb: torch.Tensor, lengths: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        """(B, T, C) -> (B, num_latents, D): `speech_conditioning_latent`, before the emovec is added."""
-        return self.speaker_conditioning(spk_cond_emb, lengths).latents
+    # ----------------------------------------------------------------------------- emotion
 
     def _emovec_chain(
         self, cond_emb: torch.Tensor, lengths: torch.Tensor | None
@@ -158,16 +149,6 @@ class UnifiedVoice(nn.Module):
 
     # ----------------------------------------------------------------------------- embeddings
 
-    def conds_latent(self, spk_latents: torch.Tensor, emovec: torch.Tensor) -> torch.Tensor:
-        """[spk_latents + emovec | speed_emb[1] | speed_emb[0]] -> (B, num_latents + 2, D).
-        spk_latents may have batch 1 (one voice for every row)."""
-        b = emovec.shape[0]
-        spk = spk_latents.expand(b, -1, -1) if spk_latents.shape[0] == 1 else spk_latents
-        speed = self.speed_emb.weight
-        half = speed[1].expand(b, 1, -1)  # "duration_emb_half" comes first
-        full = speed[0].expand(b, 1, -1)
-        return torch.cat([spk + emovec[:, None, :], half, full], dim=1)
-
     def text_embeddings(self, ids: torch.Tensor) -> torch.Tensor:
         """ids (L,) without start/stop -> (L+2, D): text_embedding([start, ids, stop]) + text_pos[0..L+1]."""
         c = self.cfg
@@ -175,25 +156,25 @@ class UnifiedVoice(nn.Module):
         pos = torch.arange(full.shape[0], device=ids.device)
         return self.text_embedding(full) + self.text_pos_embedding.emb(pos)
 
-    def prefix_embeddings(
+    def _prefix(
         self,
-        spk_latents: torch.Tensor,
-        emovec: torch.Tensor,
+        conds: torch.Tensor,
         text_ids: torch.Tensor,
-        text_lengths: torch.Tensor | None = None,
+        text_lengths: torch.Tensor | None,
+        text_rows: Callable[[int, torch.Tensor], torch.Tensor],
     ) -> Prefix:
-        """Stage 3.4, batched: row b = [conds_b | text_b], left-padded with zero vectors to the longest row.
+        """Stage 3.4, batched: row b = [conds_b | text_rows(b, ids_b)], left-padded with zero vectors to the
+        longest row.
 
         text_ids (B, L); a row's ids are its first text_lengths[b] entries (all when None), with any
         start/stop text token dropped as the original does, so padding with the stop id also works.
         """
         c = self.cfg
-        conds = self.conds_latent(spk_latents, emovec)
         rows = []
         for b in range(text_ids.shape[0]):
             ids = text_ids[b] if text_lengths is None else text_ids[b, : int(text_lengths[b])]
             ids = ids[(ids != c.start_text_token) & (ids != c.stop_text_token)].long()
-            rows.append(torch.cat([conds[b], self.text_embeddings(ids)], dim=0))
+            rows.append(torch.cat([conds[b], text_rows(b, ids)], dim=0))
         p = max(r.shape[0] for r in rows)
         embeds = conds.new_zeros(len(rows), p, c.model_dim)
         mask = torch.zeros(len(rows), p, dtype=torch.long, device=conds.device)
@@ -205,13 +186,12 @@ class UnifiedVoice(nn.Module):
     def host_tables(self) -> dict[str, torch.Tensor]:
         """The lookup tables the host needs around an exported trunk (float32, detached), by name:
         text_embedding (V_text, D), text_pos (max_text_tokens+2, D), mel_embedding (8194, D),
-        mel_pos (max_mel_tokens+3, D), speed_emb (2, D)."""
+        mel_pos (max_mel_tokens+3, D), and the mode's own (speed_emb (2, D) or lang_embedding)."""
         return {
             "text_embedding": self.text_embedding.weight.detach().float(),
             "text_pos": self.text_pos_embedding.emb.weight.detach().float(),
             "mel_embedding": self.mel_embedding.weight.detach().float(),
             "mel_pos": self.mel_pos_embedding.emb.weight.detach().float(),
-            "speed_emb": self.speed_emb.weight.detach().float(),
         }
 
     def mel_input_embedding(self, codes: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -295,6 +275,59 @@ class UnifiedVoice(nn.Module):
             all_hidden.append(hidden[:, -1])
         return ForcedDecode(prefill_hidden, torch.stack(all_hidden, 1), torch.stack(all_logits, 1), past)
 
+
+class UnifiedVoice(UnifiedVoiceCore):
+    """IndexTTS-2's GPT: speaker conformer + perceiver latents and the two speed tokens."""
+
+    def __init__(self, cfg: UnifiedVoiceConfig) -> None:
+        super().__init__(cfg)
+        if cfg.spk_conformer is None or cfg.spk_perceiver is None:
+            raise ValueError("UnifiedVoice needs the speaker conformer and perceiver sizes (conformer mode)")
+        self.conditioning_encoder = ConformerEncoder(cfg.spk_conformer)
+        self.perceiver_encoder = PerceiverResampler(cfg.spk_perceiver)
+        self._add_emotion_modules()
+        self.speed_emb = nn.Embedding(2, cfg.model_dim)
+        self._add_shared_modules()
+
+    def speaker_conditioning(
+        self, spk_cond_emb: torch.Tensor, lengths: torch.Tensor | None = None
+    ) -> SpeakerConditioning:
+        """spk_cond_emb (B, T, C) normalised w2v-BERT layer-17 features; lengths (B,) or None (= all valid,
+        what the original does for prompts up to 1024 frames)."""
+        out, mask = self.conditioning_encoder(spk_cond_emb, lengths)
+        latents = self.perceiver_encoder(out, mask[:, 0])
+        return SpeakerConditioning(out, mask, latents)
+
+    def speaker_latents(
+        self, spk_cond_emb: torch.Tensor, lengths: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """(B, T, C) -> (B, num_latents, D): `speech_conditioning_latent`, before the emovec is added."""
+        return self.speaker_conditioning(spk_cond_emb, lengths).latents
+
+    def conds_latent(self, spk_latents: torch.Tensor, emovec: torch.Tensor) -> torch.Tensor:
+        """[spk_latents + emovec | speed_emb[1] | speed_emb[0]] -> (B, num_latents + 2, D).
+        spk_latents may have batch 1 (one voice for every row)."""
+        b = emovec.shape[0]
+        spk = spk_latents.expand(b, -1, -1) if spk_latents.shape[0] == 1 else spk_latents
+        speed = self.speed_emb.weight
+        half = speed[1].expand(b, 1, -1)  # "duration_emb_half" comes first
+        full = speed[0].expand(b, 1, -1)
+        return torch.cat([spk + emovec[:, None, :], half, full], dim=1)
+
+    def prefix_embeddings(
+        self,
+        spk_latents: torch.Tensor,
+        emovec: torch.Tensor,
+        text_ids: torch.Tensor,
+        text_lengths: torch.Tensor | None = None,
+    ) -> Prefix:
+        """Stage 3.4 (see `_prefix`): [spk_latents + emovec | speed | speed | text (L+2)] per row."""
+        conds = self.conds_latent(spk_latents, emovec)
+        return self._prefix(conds, text_ids, text_lengths, lambda _b, ids: self.text_embeddings(ids))
+
+    def host_tables(self) -> dict[str, torch.Tensor]:
+        return {**super().host_tables(), "speed_emb": self.speed_emb.weight.detach().float()}
+
     def latent(
         self,
         spk_latents: torch.Tensor,
@@ -343,7 +376,7 @@ class _ConditionerGraph(nn.Module):
     encoder: str  # the UnifiedVoice attribute holding the conformer
     stage: str  # the UnifiedVoice method computing the output
 
-    def __init__(self, uv: UnifiedVoice) -> None:
+    def __init__(self, uv: UnifiedVoiceCore) -> None:
         super().__init__()
         self.uv = uv
 
@@ -376,7 +409,7 @@ class TrunkGraph(nn.Module):
 
     def __init__(
         self,
-        uv: UnifiedVoice,
+        uv: UnifiedVoiceCore,
         *,
         kv_layout: Literal["stacked", "per_layer"] = "per_layer",
         logits_for: Literal["all", "last"] = "last",
@@ -402,12 +435,31 @@ class TrunkGraph(nn.Module):
 # --------------------------------------------------------------------------------------------- loading
 
 
-def _unwrap(obj: object, path: Path) -> dict[str, torch.Tensor]:
+def read_gpt_state(path: Path) -> tuple[dict[str, torch.Tensor], tuple[str, ...]]:
+    """gpt.pth's state dict (flat, or under 'model') without the keys the spec says to ignore, and those
+    keys (sorted): the known extras of the file."""
+    obj = torch_load(path)
     if isinstance(obj, Mapping) and "model" in obj and isinstance(obj["model"], Mapping):
         obj = obj["model"]
     if not isinstance(obj, Mapping) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
         raise InputError(path, "not a UnifiedVoice state dict (flat, or under 'model')")
-    return {k: v for k, v in obj.items() if not k.startswith(_IGNORED_PREFIXES) and not _IGNORED_RE.match(k)}
+    extra = {k for k in obj if k.startswith(_IGNORED_PREFIXES) or _IGNORED_RE.match(k)}
+    return {k: v for k, v in obj.items() if k not in extra}, tuple(sorted(extra))
+
+
+def materialise(
+    cls: Callable[[UnifiedVoiceConfig], UnifiedVoiceCore],
+    cfg: UnifiedVoiceConfig,
+    state: Mapping[str, torch.Tensor],
+    path: Path,
+) -> Any:
+    """`cls(cfg)` with `state` loaded strictly (eval mode, float32, no grad)."""
+    # Build without initialising (the checkpoint overwrites every tensor), which matters at full size.
+    with torch.device("meta"):
+        model = cls(cfg)
+    model = model.to_empty(device="cpu")
+    strict_load(model, {k: v.float() for k, v in state.items()}, path)
+    return model.eval().requires_grad_(False)
 
 
 def load_unified_voice(
@@ -424,13 +476,8 @@ def load_unified_voice(
     causal-mask buffers) are dropped first.
     """
     path = Path(path)
-    state = _unwrap(torch_load(path), path)
+    state, _ = read_gpt_state(path)
     cfg = UnifiedVoiceConfig.from_gpt_section(
         gpt_cfg, state, cond_input_size=cond_input_size, config_path=config_path
     )
-    # Build without initialising (the checkpoint overwrites every tensor), which matters at full size.
-    with torch.device("meta"):
-        model = UnifiedVoice(cfg)
-    model = model.to_empty(device="cpu")
-    strict_load(model, {k: v.float() for k, v in state.items()}, path)
-    return model.eval().requires_grad_(False)
+    return materialise(UnifiedVoice, cfg, state, path)

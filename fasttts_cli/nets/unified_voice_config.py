@@ -13,6 +13,9 @@ from fasttts_cli.errors import InputError
 from fasttts_cli.nets.conformer import ConformerConfig
 from fasttts_cli.nets.perceiver import PerceiverConfig
 
+# 2.5's `lang_embedding` rows: len(LANGUAGE_DICT) + 1 = 106 language codes + 1 (delta §2.1)
+LANG_ROWS = 107
+
 
 @dataclass(frozen=True)
 class UnifiedVoiceConfig:
@@ -30,11 +33,16 @@ class UnifiedVoiceConfig:
     stop_mel_token: int
     start_text_token: int
     stop_text_token: int
-    spk_conformer: ConformerConfig
-    spk_perceiver: PerceiverConfig
+    spk_conformer: ConformerConfig | None  # None in campplus mode (2.5)
+    spk_perceiver: PerceiverConfig | None
     emo_conformer: ConformerConfig
     emo_perceiver: PerceiverConfig
     layer_norm_eps: float = 1e-5
+    # "conformer" (IndexTTS-2: speaker conformer + perceiver, speed_emb) or "campplus" (2.5: one
+    # Linear(style_dim -> D) speaker vector and `lang_embedding` with lang_rows rows; delta §3)
+    spk_cond_mode: str = "conformer"
+    style_dim: int = 0
+    lang_rows: int = 0
 
     @property
     def text_vocab(self) -> int:
@@ -49,12 +57,18 @@ class UnifiedVoiceConfig:
         return self.max_text_tokens + 2
 
     @property
+    def campplus(self) -> bool:
+        return self.spk_cond_mode == "campplus"
+
+    @property
     def num_latents(self) -> int:
-        return self.spk_perceiver.num_latents
+        """Speaker rows of the prefix: the perceiver's latents, or campplus mode's one vector."""
+        return 1 if self.spk_perceiver is None else self.spk_perceiver.num_latents
 
     @property
     def n_conds(self) -> int:
-        """Rows of the conditioning part of the prefix: speaker latents + two speed tokens."""
+        """Rows of the conditioning part of the prefix: speaker rows + two speed tokens (two zero rows
+        in campplus mode)."""
         return self.num_latents + 2
 
     @property
@@ -69,8 +83,13 @@ class UnifiedVoiceConfig:
         *,
         cond_input_size: int = 1024,
         config_path: Path | str = "config.yaml",
+        spk_cond_mode: str = "conformer",
     ) -> UnifiedVoiceConfig:
         """Sizes from config.yaml's `gpt` section; what the config does not hold comes from the tensors.
+
+        spk_cond_mode "campplus" (2.5, which passes it to the original's constructor, not the config):
+        `condition_module`/`condition_type` are accepted and ignored; the style width of `spk_emb_proj`
+        (192 in the original, hard-coded) and the `lang_embedding` rows (107) come from the tensors.
 
         `cond_input_size` is the conditioner input width (w2v-BERT hidden size, 1024 in IndexTTS-2; the
         original hard-codes it). Sizes the original hard-codes inside modules (perceiver head width, FFN
@@ -88,8 +107,11 @@ class UnifiedVoiceConfig:
             t = state.get(key)
             return int(t.shape[axis]) if t is not None and t.dim() > axis else default
 
+        campplus = spk_cond_mode == "campplus"
+        if spk_cond_mode not in ("conformer", "campplus"):
+            raise ValueError(f"unknown spk_cond_mode {spk_cond_mode!r}")
         ctype = gpt.get("condition_type", "conformer_perceiver")
-        if ctype != "conformer_perceiver":
+        if ctype != "conformer_perceiver" and not campplus:
             raise InputError(
                 config_path,
                 f"gpt.condition_type {ctype!r} is not supported (IndexTTS-2 uses conformer_perceiver)",
@@ -126,12 +148,16 @@ class UnifiedVoiceConfig:
             )
             return conf, perc
 
-        spk_conf, spk_perc = conditioner(
-            "condition_module",
-            "conditioning_encoder",
-            "perceiver_encoder",
-            d,
-            int(gpt.get("condition_num_latent", 32)),
+        spk_conf, spk_perc = (
+            (None, None)
+            if campplus
+            else conditioner(
+                "condition_module",
+                "conditioning_encoder",
+                "perceiver_encoder",
+                d,
+                int(gpt.get("condition_num_latent", 32)),
+            )
         )
         # The emotion perceiver's width is hard-coded to 1024 (= w2v-BERT width) in the original.
         emo_dim = dim("emo_perceiver_encoder.latents", 1, dim("emovec_layer.weight", 1, cond_input_size))
@@ -157,4 +183,7 @@ class UnifiedVoiceConfig:
             spk_perceiver=spk_perc,
             emo_conformer=emo_conf,
             emo_perceiver=emo_perc,
+            spk_cond_mode=spk_cond_mode,
+            style_dim=dim("spk_emb_proj.weight", 1, 192) if campplus else 0,
+            lang_rows=dim("lang_embedding.weight", 0, LANG_ROWS) if campplus else 0,
         )

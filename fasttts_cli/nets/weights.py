@@ -54,6 +54,16 @@ def strict_load(
     module.load_state_dict(state, strict=True)
 
 
+def split_known(
+    state: Mapping[str, torch.Tensor], prefixes: Iterable[str]
+) -> tuple[dict[str, torch.Tensor], tuple[str, ...]]:
+    """(state without the keys under `prefixes`, those keys sorted): a file's known extras, which the
+    spec says the original loads or skips without using, set apart so the rest loads strictly."""
+    prefixes = tuple(prefixes)
+    extras = tuple(sorted(k for k in state if k.startswith(prefixes)))
+    return {k: v for k, v in state.items() if not k.startswith(prefixes)}, extras
+
+
 def torch_load(path: Path) -> object:
     """torch.load with weights_only (no arbitrary pickle code), mapping errors to a clear message."""
     if not path.is_file():
