@@ -1,14 +1,5 @@
-"""Identity stand-in for WeTextProcessing's normaliser (the v2 parity environment does the same).
+"""Identity stand-in for WeTextProcessing's English normaliser: the same class as the Chinese one."""
 
-WeTextProcessing compiles its grammars with pynini, which is not installable here; the vectors therefore
-cover everything around the normaliser, not the normaliser itself.
-"""
+from tn.chinese.normalizer import Normalizer
 
-
-class Normalizer:
-    def __init__(self, *args, **kwargs):
-        self.args = args
-        self.kwargs = kwargs
-
-    def normalize(self, text):
-        return text
+__all__ = ["Normalizer"]
