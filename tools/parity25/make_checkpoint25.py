@@ -62,7 +62,9 @@ def make_value(entry: dict, seed: int, file: str, name: str, buffers: dict) -> n
     if rule == "buffer":
         v = buffers[f"{file}:{name}"]
         if v.shape != shape or str(v.dtype) != entry["dtype"]:
-            raise ValueError(f"buffers25.npz {file}:{name} is {v.shape} {v.dtype}, spec says {shape} {entry['dtype']}")
+            raise ValueError(
+                f"buffers25.npz {file}:{name} is {v.shape} {v.dtype}, spec says {shape} {entry['dtype']}"
+            )
         return np.array(v, order="C", copy=True)
     if entry["dtype"] != "float32":
         raise ValueError(f"{file}:{name}: rule {rule} makes float32 only")
@@ -106,10 +108,16 @@ def save(path: str, container: str, tree) -> None:
         import torch
 
         def conv(t):
-            return {k: conv(v) for k, v in t.items()} if isinstance(t, dict) else torch.from_numpy(np.array(t, copy=True))
+            return (
+                {k: conv(v) for k, v in t.items()}
+                if isinstance(t, dict)
+                else torch.from_numpy(np.array(t, copy=True))
+            )
+
         torch.save(conv(tree), tmp)
     elif container == "safetensors":
         from safetensors.numpy import save_file
+
         # transformers' from_pretrained wants the metadata {"format": "pt"}
         save_file({k: np.array(v, order="C") for k, v in tree.items()}, tmp, metadata={"format": "pt"})
     else:
@@ -130,7 +138,9 @@ def main() -> None:
     ap.add_argument("outdir")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--spec", default=HERE, help="folder with keys25.json, buffers25.npz, config.yaml, wavs")
-    ap.add_argument("--force", action="store_true", help="rewrite even if OUTDIR already holds this checkpoint")
+    ap.add_argument(
+        "--force", action="store_true", help="rewrite even if OUTDIR already holds this checkpoint"
+    )
     ap.add_argument("--no-verify", action="store_true")
     ap.add_argument("--record", action="store_true", help="store the seed's digests in keys25.json")
     a = ap.parse_args()
@@ -151,9 +161,13 @@ def main() -> None:
     if os.path.isfile(manifest) and not a.force and not a.record:
         with open(manifest) as f:
             old = json.load(f)
-        if (old.get("seed") == a.seed and old.get("spec_sha256") == spec_digest
-                and old.get("generator_sha256") == gen_digest and old.get("complete")
-                and all(os.path.isfile(os.path.join(a.outdir, r)) for r in expected)):
+        if (
+            old.get("seed") == a.seed
+            and old.get("spec_sha256") == spec_digest
+            and old.get("generator_sha256") == gen_digest
+            and old.get("complete")
+            and all(os.path.isfile(os.path.join(a.outdir, r)) for r in expected)
+        ):
             print(f"[make_checkpoint25] {a.outdir} already holds seed {a.seed} of this spec; nothing to do")
             return
     os.makedirs(a.outdir, exist_ok=True)
@@ -198,15 +212,30 @@ def main() -> None:
         print(f"[make_checkpoint25] recorded digests of seed {a.seed} in {keys_path}")
     elif verify:
         if bad or ckpt_digest != keys["checkpoint_digest"]:
-            sys.exit(f"[make_checkpoint25] {len(bad)} tensors differ from the reference generation "
-                     f"(first: {bad[:5]}); the stored vectors do NOT apply to this checkpoint")
+            sys.exit(
+                f"[make_checkpoint25] {len(bad)} tensors differ from the reference generation "
+                f"(first: {bad[:5]}); the stored vectors do NOT apply to this checkpoint"
+            )
         print(f"[make_checkpoint25] all {n_tensors} tensors match keys25.json digests")
     with open(manifest, "w") as f:
-        json.dump({"seed": a.seed, "spec_sha256": spec_digest, "generator_sha256": gen_digest,
-                   "checkpoint_digest": ckpt_digest, "tensors": n_tensors, "values": int(n_values),
-                   "verified": verify or a.record, "complete": True}, f, indent=1)
-    print(f"[make_checkpoint25] wrote {a.outdir}: {n_tensors} tensors, {n_values / 1e6:.1f} M values, "
-          f"checkpoint digest {ckpt_digest[:16]}")
+        json.dump(
+            {
+                "seed": a.seed,
+                "spec_sha256": spec_digest,
+                "generator_sha256": gen_digest,
+                "checkpoint_digest": ckpt_digest,
+                "tensors": n_tensors,
+                "values": int(n_values),
+                "verified": verify or a.record,
+                "complete": True,
+            },
+            f,
+            indent=1,
+        )
+    print(
+        f"[make_checkpoint25] wrote {a.outdir}: {n_tensors} tensors, {n_values / 1e6:.1f} M values, "
+        f"checkpoint digest {ckpt_digest[:16]}"
+    )
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ waveform exactly.
 """
 
 import argparse
-import hashlib
 import json
 import os
 import re
@@ -29,11 +28,21 @@ TEXT_CASES = {
     "ja": ("ja", "こんにちは、日本語の<上手|じょうず>テストです。"),
     "es": ("es", "Hola mundo, esto es una prueba."),
     "ar": ("ar", "مرحبا بالعالم، هذا اختبار."),
-    "long": ("en", "Hello world, this is a small test. The quick brown fox is ready, it is very good. "
-                   "We are one two three, yes no, hello world again and again, nice voice today."),
+    "long": (
+        "en",
+        "Hello world, this is a small test. The quick brown fox is ready, it is very good. "
+        "We are one two three, yes no, hello world again and again, nice voice today.",
+    ),
 }
-MAIN = {"lang": "zh", "text": "你好世界，我们是一个测试。", "n": 20, "n_odd": 13,
-        "duration_factors": [1.0, 1.37], "code_seed": 20250, "cfm_seed": 1234}
+MAIN = {
+    "lang": "zh",
+    "text": "你好世界，我们是一个测试。",
+    "n": 20,
+    "n_odd": 13,
+    "duration_factors": [1.0, 1.37],
+    "code_seed": 20250,
+    "cfm_seed": 1234,
+}
 
 
 class Store:
@@ -42,6 +51,7 @@ class Store:
 
     def put(self, key, value, stage, role, meaning=""):
         import torch
+
         if isinstance(value, torch.Tensor):
             value = value.detach().cpu().numpy()
         a = np.asarray(value)
@@ -52,8 +62,13 @@ class Store:
         if key in self.arrays:
             raise KeyError(key)
         self.arrays[key] = a
-        self.meta[key] = {"shape": list(a.shape), "dtype": str(a.dtype), "stage": stage, "role": role,
-                          "meaning": meaning}
+        self.meta[key] = {
+            "shape": list(a.shape),
+            "dtype": str(a.dtype),
+            "stage": stage,
+            "role": role,
+            "meaning": meaning,
+        }
 
 
 def rel(a, b):
@@ -72,12 +87,13 @@ def main():
     sys.path.insert(0, a.orig)
     os.chdir(ckpt)  # infer_v2_5 sets HF_HUB_CACHE=./checkpoints/hf_cache at import; keep it inside CKPT
 
+    import librosa
+    import tiktoken
     import torch
     import torch.nn.functional as F
     import torchaudio
     import transformers
-    import librosa
-    import tiktoken
+
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     from indextts import infer_v2_5 as I
     from indextts.utils.tokenizer import lang_to_token
@@ -101,24 +117,41 @@ def main():
             if any(s in k for s in skip):
                 continue
             n += 1
-            if k not in module_sd or module_sd[k].shape != v.shape or not torch.equal(module_sd[k].float(), v.float()):
+            if (
+                k not in module_sd
+                or module_sd[k].shape != v.shape
+                or not torch.equal(module_sd[k].float(), v.float())
+            ):
                 bad.append(k)
         missing = sorted(k for k in set(module_sd) - set(file_sd) if not alias(k))
         loaded[name] = {"compared": n, "different": bad[:5], "module_keys_missing_in_file": missing[:5]}
         return not bad and not missing
 
     # post_init_gpt2_config adds aliases of loaded modules (inference_model.*, the tied gpt.wte)
-    ok = cmp_sd("gpt.pth", gpt.state_dict(), torch.load(os.path.join(ckpt, "gpt.pth")),
-                alias=lambda k: k.startswith("inference_model.") or k == "gpt.wte.weight")
-    ok &= cmp_sd("codec.pth", tts.semantic_codec.state_dict(), torch.load(os.path.join(ckpt, "codec.pth"))["model"])
+    ok = cmp_sd(
+        "gpt.pth",
+        gpt.state_dict(),
+        torch.load(os.path.join(ckpt, "gpt.pth")),
+        alias=lambda k: k.startswith("inference_model.") or k == "gpt.wte.weight",
+    )
+    ok &= cmp_sd(
+        "codec.pth", tts.semantic_codec.state_dict(), torch.load(os.path.join(ckpt, "codec.pth"))["model"]
+    )
     s2 = torch.load(os.path.join(ckpt, "s2mel.pth"))["net"]
     for m in ("cfm", "length_regulator"):
         ok &= cmp_sd(f"s2mel.pth:{m}", tts.s2mel.models[m].state_dict(), s2[m])
-    ok &= cmp_sd("campplus", tts.campplus_model.state_dict(),
-                 torch.load(os.path.join(ckpt, "hf_cache/campplus_cn_common.bin")))
+    ok &= cmp_sd(
+        "campplus",
+        tts.campplus_model.state_dict(),
+        torch.load(os.path.join(ckpt, "hf_cache/campplus_cn_common.bin")),
+    )
     from safetensors.torch import load_file
-    ok &= cmp_sd("w2v-bert", tts.semantic_model.state_dict(),
-                 load_file(os.path.join(ckpt, "hf_cache/w2v-bert-2.0/model.safetensors")))
+
+    ok &= cmp_sd(
+        "w2v-bert",
+        tts.semantic_model.state_dict(),
+        load_file(os.path.join(ckpt, "hf_cache/w2v-bert-2.0/model.safetensors")),
+    )
     # BigVGAN is stored in weight-norm form and the original folds it at load (remove_weight_norm); compare
     # everything that is not a weight-norm pair, and the folded weights for the pairs.
     bv = torch.load(os.path.join(ckpt, "hf_cache/bigvgan/bigvgan_generator.pt"))["generator"]
@@ -132,8 +165,12 @@ def main():
         if rel(bsd[base], w) > 1e-6:
             folded_bad.append(base)
     folded = {k[: -len("_g")] for k in bv if k.endswith("weight_g")}
-    ok &= cmp_sd("bigvgan", bsd, {k: v for k, v in bv.items() if not k.endswith(("weight_g", "weight_v"))},
-                 alias=lambda k: k in folded)
+    ok &= cmp_sd(
+        "bigvgan",
+        bsd,
+        {k: v for k, v in bv.items() if not k.endswith(("weight_g", "weight_v"))},
+        alias=lambda k: k in folded,
+    )
     loaded["bigvgan"]["weight_norm_folded_compared"] = nf
     loaded["bigvgan"]["weight_norm_folded_different"] = folded_bad
     ok &= not folded_bad
@@ -148,7 +185,6 @@ def main():
 
     # ---- stage 1: speaker audio, w2v-BERT, prompt mel, CAM++, prompt condition (infer_v2_5.py:619-656) ----
     ref = os.path.join(ckpt, "ref.wav")
-    emo = os.path.join(ckpt, "emo.wav")
     with torch.no_grad():
         audio, sr = tts._load_and_cut_audio(ref, 15)
         S.put("audio_native", audio, "1.1", "output", "librosa.load(ref.wav) at its native rate, (1, N)")
@@ -160,15 +196,21 @@ def main():
         inputs = tts.extract_features(audio_16k, sampling_rate=16000, return_tensors="pt")
         S.put("w2v_input_features", inputs["input_features"], "1.2", "both")
         S.put("w2v_attention_mask", inputs["attention_mask"], "1.2", "both")
-        out = tts.semantic_model(input_features=inputs["input_features"], attention_mask=inputs["attention_mask"],
-                                 output_hidden_states=True)
+        out = tts.semantic_model(
+            input_features=inputs["input_features"],
+            attention_mask=inputs["attention_mask"],
+            output_hidden_states=True,
+        )
         S.put("w2v_hidden17_raw", out.hidden_states[17], "1.3", "output")
         spk_cond_emb = tts.get_emb(inputs["input_features"], inputs["attention_mask"])
-        checks["w2v_get_emb_equals_manual"] = bool(torch.equal(
-            spk_cond_emb, (out.hidden_states[17] - tts.semantic_mean) / tts.semantic_std))
+        checks["w2v_get_emb_equals_manual"] = bool(
+            torch.equal(spk_cond_emb, (out.hidden_states[17] - tts.semantic_mean) / tts.semantic_std)
+        )
         S.put("w2v_stat_mean", tts.semantic_mean, "1.3", "info")
         S.put("w2v_stat_std", tts.semantic_std, "1.3", "info")
-        S.put("spk_cond_emb", spk_cond_emb, "1.3", "both", "(1, T, 1024) normalised w2v-BERT hidden_states[17]")
+        S.put(
+            "spk_cond_emb", spk_cond_emb, "1.3", "both", "(1, T, 1024) normalised w2v-BERT hidden_states[17]"
+        )
         ref_mel = tts.mel_fn(audio_22k.float())
         S.put("refmel", ref_mel, "1.5", "both")
         audio_16k_b = torchaudio.transforms.Resample(sr, 16000)(tts._load_and_cut_audio(ref, 15)[0])
@@ -178,14 +220,28 @@ def main():
         fb = fb - fb.mean(dim=0, keepdim=True)
         S.put("campplus_fbank", fb, "1.6", "both")
         style = tts.campplus_model(fb.unsqueeze(0))
-        S.put("campplus_style", style, "1.6", "both", "(1, 192) CAM++ style: s2mel style AND the GPT speaker input")
+        S.put(
+            "campplus_style",
+            style,
+            "1.6",
+            "both",
+            "(1, 192) CAM++ style: s2mel style AND the GPT speaker input",
+        )
         Tm = ref_mel.size(2)
         prompt_condition = tts.s2mel.models["length_regulator"](
-            spk_cond_emb, ylens=torch.LongTensor([Tm]), n_quantizers=3, f0=None)[0]
-        S.put("prompt_condition", prompt_condition, "1.7", "both",
-              "LR(spk_cond_emb, ylens=Tm): continuous w2v features, no codec quantise")
+            spk_cond_emb, ylens=torch.LongTensor([Tm]), n_quantizers=3, f0=None
+        )[0]
+        S.put(
+            "prompt_condition",
+            prompt_condition,
+            "1.7",
+            "both",
+            "LR(spk_cond_emb, ylens=Tm): continuous w2v features, no codec quantise",
+        )
         emo_audio, _ = tts._load_and_cut_audio(ref, 15, sr=16000)
-        S.put("audio_emo_16k", emo_audio, "1.8", "output", "emotion path of the main case (emotion = ref.wav)")
+        S.put(
+            "audio_emo_16k", emo_audio, "1.8", "output", "emotion path of the main case (emotion = ref.wav)"
+        )
         ei = tts.extract_features(emo_audio, sampling_rate=16000, return_tensors="pt")
         S.put("w2v_emo_input_features", ei["input_features"], "1.9", "both")
         S.put("w2v_emo_attention_mask", ei["attention_mask"], "1.9", "both")
@@ -194,7 +250,7 @@ def main():
 
     # ---- stage 2: text front end, each step as infer_generator does it (infer_v2_5.py:699-727) ----
     text_cases = {}
-    for name, (lang, text) in list(TEXT_CASES.items()) + [("main", (MAIN["lang"], MAIN["text"]))]:
+    for name, (lang, text) in [*TEXT_CASES.items(), ("main", (MAIN["lang"], MAIN["text"]))]:
         steps = {"raw": text}
         lang_prefix = f"<|{lang.lower()}|> "
         t = tts.text_process.clean_pattern.sub(lambda x: tts.text_process.char_rep_map[x.group()], text)
@@ -223,17 +279,30 @@ def main():
             seg_ids.append(F.pad(toks, (0, 1), value=1))
         li = lang_to_token(lang)
         gpt_ids = []
-        for ids in seg_ids:   # what prepare_gpt_inputs feeds the text embedding (model_v2.py:674-677)
+        for ids in seg_ids:  # what prepare_gpt_inputs feeds the text embedding (model_v2.py:674-677)
             keep = ids[0][(ids[0] != gpt.stop_text_token) & (ids[0] != gpt.start_text_token)].long()
-            gpt_ids.append(torch.cat([torch.tensor([gpt.start_text_token]), keep, torch.tensor([gpt.stop_text_token])]))
+            gpt_ids.append(
+                torch.cat([torch.tensor([gpt.start_text_token]), keep, torch.tensor([gpt.stop_text_token])])
+            )
         p = f"text_{name}_"
         for k, v in steps.items():
             S.put(p + k, np.array(v), "2", "info" if k == "raw" else "output")
         S.put(p + "segments", np.array(segs), "2", "output")
         S.put(p + "segment_lengths", np.array([x.shape[1] for x in seg_ids]), "2", "output")
-        S.put(p + "segment_ids", torch.cat([x[0] for x in seg_ids]).long(), "2", "output",
-              "encode('<|lang|> ' + segment) + [1], segments concatenated")
-        S.put(p + "gpt_ids", torch.cat(gpt_ids), "2", "output", "[start] + strip_{start,stop}(ids) + [stop], concatenated")
+        S.put(
+            p + "segment_ids",
+            torch.cat([x[0] for x in seg_ids]).long(),
+            "2",
+            "output",
+            "encode('<|lang|> ' + segment) + [1], segments concatenated",
+        )
+        S.put(
+            p + "gpt_ids",
+            torch.cat(gpt_ids),
+            "2",
+            "output",
+            "[start] + strip_{start,stop}(ids) + [stop], concatenated",
+        )
         S.put(p + "gpt_lengths", np.array([len(x) for x in gpt_ids]), "2", "output")
         S.put(p + "lang_index", np.array(li), "2", "output")
         text_cases[name] = {"lang": lang, "text": text, "segments": len(segs)}
@@ -248,49 +317,76 @@ def main():
     def hook(name):
         def f(mod, inp, out):
             rec.setdefault(name, []).append((inp, out))
+
         return f
 
-    hs = [gpt.emo_conditioning_encoder.register_forward_hook(hook("emo_conformer")),
-          gpt.emo_perceiver_encoder.register_forward_hook(hook("emo_perceiver")),
-          gpt.emovec_layer.register_forward_hook(hook("emovec_layer"))]
+    hs = [
+        gpt.emo_conditioning_encoder.register_forward_hook(hook("emo_conformer")),
+        gpt.emo_perceiver_encoder.register_forward_hook(hook("emo_perceiver")),
+        gpt.emovec_layer.register_forward_hook(hook("emovec_layer")),
+    ]
     text_tokens = torch.IntTensor(main_ids).unsqueeze(0)
     lang_t = torch.LongTensor([lang_to_token(MAIN["lang"])])
     n = MAIN["n"]
     rng = np.random.Generator(np.random.PCG64(MAIN["code_seed"]))
     forced = rng.integers(0, 8192, size=n).astype(np.int64)
     with torch.no_grad():
-        emovec = gpt.merge_emovec(spk_cond_emb, emo_cond_emb, torch.tensor([spk_cond_emb.shape[-1]]),
-                                  torch.tensor([emo_cond_emb.shape[-1]]), alpha=1.0)
+        emovec = gpt.merge_emovec(
+            spk_cond_emb,
+            emo_cond_emb,
+            torch.tensor([spk_cond_emb.shape[-1]]),
+            torch.tensor([emo_cond_emb.shape[-1]]),
+            alpha=1.0,
+        )
         for h in hs:
             h.remove()
         # merge_emovec runs the conditioner twice: emotion audio first, then the speaker (base) audio
         S.put("emo_conformer_out", rec["emo_conformer"][0][1][0], "3.1", "output")
         S.put("emo_perceiver_out", rec["emo_perceiver"][0][1], "3.1", "output")
         S.put("emo_emovec_layer_out", rec["emovec_layer"][0][1], "3.1", "output")
-        S.put("emo_base_conformer_out", rec["emo_conformer"][1][1][0],
-              "3.1", "output")
+        S.put("emo_base_conformer_out", rec["emo_conformer"][1][1][0], "3.1", "output")
         S.put("emovec", emovec, "3.1", "both", "(1, D) merge_emovec(spk_cond_emb, emo_cond_emb, alpha 1)")
         spk_vec = gpt.spk_emb_proj(style)
         S.put("gpt_spk_vec", spk_vec, "3.2", "output", "spk_emb_proj(campplus_style), (1, D)")
-        S.put("gpt_lang_row", gpt.lang_embedding(lang_t[0]), "3.4", "output", "lang_embedding[lang_index], (D,)")
-        conds_latent = torch.cat((spk_vec.unsqueeze(0) + emovec.unsqueeze(1), torch.zeros(1, 2, spk_vec.size(-1))), 1)
-        S.put("gpt_conds_latent", conds_latent, "3.4", "output", "(1, 3, D): spk+emovec, then two zero vectors")
+        S.put(
+            "gpt_lang_row", gpt.lang_embedding(lang_t[0]), "3.4", "output", "lang_embedding[lang_index], (D,)"
+        )
+        conds_latent = torch.cat(
+            (spk_vec.unsqueeze(0) + emovec.unsqueeze(1), torch.zeros(1, 2, spk_vec.size(-1))), 1
+        )
+        S.put(
+            "gpt_conds_latent", conds_latent, "3.4", "output", "(1, 3, D): spk+emovec, then two zero vectors"
+        )
         fake_ids, prefix_emb, attn = gpt.prepare_gpt_inputs(conds_latent, text_tokens, lang_t)
         S.put("gpt_text_ids", torch.tensor(S.arrays["text_main_gpt_ids"]).unsqueeze(0), "3.4", "input")
         gid = torch.tensor(S.arrays["text_main_gpt_ids"])
-        text_emb = (gpt.text_embedding(gid) + gpt.text_pos_embedding.emb(torch.arange(len(gid)))
-                    + gpt.lang_embedding(lang_t[0])).unsqueeze(0)
+        text_emb = (
+            gpt.text_embedding(gid)
+            + gpt.text_pos_embedding.emb(torch.arange(len(gid)))
+            + gpt.lang_embedding(lang_t[0])
+        ).unsqueeze(0)
         S.put("gpt_text_emb", text_emb, "3.4", "output", "text emb + text pos + lang row, (1, L+2, D)")
         S.put("gpt_prefix_emb", prefix_emb, "3.4", "both", "(1, P = L+5, D)")
         S.put("gpt_gen_input_ids", fake_ids, "3.4", "info", "[1]*P + [start_mel_token]")
         # The segment ids carry a trailing 1 that the strip removes, so prepare_gpt_inputs pads the prefix
         # on the LEFT with zero rows (one per stripped id) and masks them out (model_v2.py:686-692).
         n_pad = prefix_emb.shape[1] - 3 - text_emb.shape[1]
-        S.put("gpt_attention_mask", attn, "3.4", "output", "prefix mask incl. start_mel slot: 0 for the left pad rows")
+        S.put(
+            "gpt_attention_mask",
+            attn,
+            "3.4",
+            "output",
+            "prefix mask incl. start_mel slot: 0 for the left pad rows",
+        )
         checks["gpt_prefix_left_pad_rows"] = int(n_pad)
         checks["gpt_prefix_pad_rows_zero_and_masked"] = bool(
-            torch.all(prefix_emb[:, :n_pad] == 0) and torch.all(attn[:, :n_pad] == 0) and torch.all(attn[:, n_pad:] == 1))
-        checks["gpt_prefix_is_pad_conds_text"] = rel(prefix_emb[:, n_pad:], torch.cat([conds_latent, text_emb], 1)) == 0.0
+            torch.all(prefix_emb[:, :n_pad] == 0)
+            and torch.all(attn[:, :n_pad] == 0)
+            and torch.all(attn[:, n_pad:] == 1)
+        )
+        checks["gpt_prefix_is_pad_conds_text"] = (
+            rel(prefix_emb[:, n_pad:], torch.cat([conds_latent, text_emb], 1)) == 0.0
+        )
 
         # Forced generation through the original inference_speech + HF generate: the allowed-token function
         # admits exactly the forced code at each step, then the stop token.
@@ -301,21 +397,44 @@ def main():
             return [int(forced[k])] if k < n else [gpt.stop_mel_token]
 
         logits_rec = []
-        lh = gpt.inference_model.lm_head.register_forward_hook(lambda m, i, o: logits_rec.append(o[:, -1].clone()))
+        lh = gpt.inference_model.lm_head.register_forward_hook(
+            lambda m, i, o: logits_rec.append(o[:, -1].clone())
+        )
         codes, latent = gpt.inference_speech(
-            spk_cond_emb, text_tokens, lang_t, emo_cond_emb, cond_lengths=torch.tensor([spk_cond_emb.shape[-1]]),
-            emo_cond_lengths=torch.tensor([emo_cond_emb.shape[-1]]), emo_vec=emovec, campplus_embedding=style,
-            wav=ref, do_sample=True, top_p=0.8, top_k=30, temperature=0.8, num_return_sequences=1,
-            length_penalty=0.0, num_beams=1, repetition_penalty=10.0, max_generate_length=n + 1,
-            prefix_allowed_tokens_fn=allowed)
+            spk_cond_emb,
+            text_tokens,
+            lang_t,
+            emo_cond_emb,
+            cond_lengths=torch.tensor([spk_cond_emb.shape[-1]]),
+            emo_cond_lengths=torch.tensor([emo_cond_emb.shape[-1]]),
+            emo_vec=emovec,
+            campplus_embedding=style,
+            wav=ref,
+            do_sample=True,
+            top_p=0.8,
+            top_k=30,
+            temperature=0.8,
+            num_return_sequences=1,
+            length_penalty=0.0,
+            num_beams=1,
+            repetition_penalty=10.0,
+            max_generate_length=n + 1,
+            prefix_allowed_tokens_fn=allowed,
+        )
         lh.remove()
         checks["gpt_forced_codes_reproduced"] = bool(
-            np.array_equal(codes[0, :n].numpy(), forced) and int(codes[0, n]) == gpt.stop_mel_token)
+            np.array_equal(codes[0, :n].numpy(), forced) and int(codes[0, n]) == gpt.stop_mel_token
+        )
         checks["gpt_spk_latent_equals_spk_vec"] = bool(torch.equal(latent, spk_vec.unsqueeze(0)))
         gen_logits = torch.stack(logits_rec[: n + 1], 1)
         S.put("gpt_forced_codes", forced, "3.5", "input", "teacher-forced codes, step k feeds c_{k-1}")
-        S.put("gpt_gen_logits", gen_logits, "3.5", "output",
-              "(1, n+1, 8194) raw mel_head logits of the HF generate steps (KV cache)")
+        S.put(
+            "gpt_gen_logits",
+            gen_logits,
+            "3.5",
+            "output",
+            "(1, n+1, 8194) raw mel_head logits of the HF generate steps (KV cache)",
+        )
 
         # Self-check: the same logits without a cache, mel positions 0 (start) and k+2 (code k).
         mel_in = torch.cat([torch.tensor([gpt.start_mel_token]), torch.tensor(forced)])
@@ -324,31 +443,51 @@ def main():
         full = torch.cat([prefix_emb, mel_emb.unsqueeze(0)], 1)
         full_mask = torch.cat([attn[:, :-1], torch.ones(1, n + 1, dtype=attn.dtype)], 1)
         h = gpt.gpt(inputs_embeds=full, attention_mask=full_mask, return_dict=True).last_hidden_state
-        nocache = gpt.mel_head(gpt.final_norm(h[:, prefix_emb.shape[1]:]))
+        nocache = gpt.mel_head(gpt.final_norm(h[:, prefix_emb.shape[1] :]))
         checks["gpt_nocache_vs_kvcache_maxabs"] = float((nocache - gen_logits).abs().max())
         checks["gpt_nocache_vs_kvcache_rel"] = rel(nocache, gen_logits)
-        S.put("gpt_gen_hidden", h[:, prefix_emb.shape[1]:], "3.5", "output",
-              "GPT-2 output (after ln_f) at the mel inputs [start, c_0..c_{n-1}], no cache")
+        S.put(
+            "gpt_gen_hidden",
+            h[:, prefix_emb.shape[1] :],
+            "3.5",
+            "output",
+            "GPT-2 output (after ln_f) at the mel inputs [start, c_0..c_{n-1}], no cache",
+        )
         S.put("gpt_mel_positions", pos, "3.5", "info", "mel position ids used: 0, then k+2")
         # Mutation checks: the two zero slots and the language row must move the logits.
         alt = conds_latent.clone()
         # (a constant vector would not do: a constant offset is invisible to every LayerNorm)
         alt[:, 1:] = torch.linspace(-1.0, 1.0, alt.shape[-1])
         _, pe_alt, _ = gpt.prepare_gpt_inputs(alt, text_tokens, lang_t)
-        h2 = gpt.gpt(inputs_embeds=torch.cat([pe_alt, mel_emb.unsqueeze(0)], 1), attention_mask=full_mask,
-                     return_dict=True).last_hidden_state
+        h2 = gpt.gpt(
+            inputs_embeds=torch.cat([pe_alt, mel_emb.unsqueeze(0)], 1),
+            attention_mask=full_mask,
+            return_dict=True,
+        ).last_hidden_state
         checks["mutation_constant_slots_invisible_rel"] = 0.0
         alt_c = conds_latent.clone()
         alt_c[:, 1:] = 1.0
         _, pe_c, _ = gpt.prepare_gpt_inputs(alt_c, text_tokens, lang_t)
-        hc = gpt.gpt(inputs_embeds=torch.cat([pe_c, mel_emb.unsqueeze(0)], 1), attention_mask=full_mask,
-                     return_dict=True).last_hidden_state
-        checks["mutation_constant_slots_invisible_rel"] = rel(gpt.mel_head(gpt.final_norm(hc[:, pe_c.shape[1]:])), nocache)
-        checks["mutation_zero_slots_rel"] = rel(gpt.mel_head(gpt.final_norm(h2[:, pe_alt.shape[1]:])), nocache)
-        _, pe_l, _ = gpt.prepare_gpt_inputs(conds_latent, text_tokens, torch.LongTensor([lang_to_token("en")]))
-        h3 = gpt.gpt(inputs_embeds=torch.cat([pe_l, mel_emb.unsqueeze(0)], 1), attention_mask=full_mask,
-                     return_dict=True).last_hidden_state
-        checks["mutation_lang_row_rel"] = rel(gpt.mel_head(gpt.final_norm(h3[:, pe_l.shape[1]:])), nocache)
+        hc = gpt.gpt(
+            inputs_embeds=torch.cat([pe_c, mel_emb.unsqueeze(0)], 1),
+            attention_mask=full_mask,
+            return_dict=True,
+        ).last_hidden_state
+        checks["mutation_constant_slots_invisible_rel"] = rel(
+            gpt.mel_head(gpt.final_norm(hc[:, pe_c.shape[1] :])), nocache
+        )
+        checks["mutation_zero_slots_rel"] = rel(
+            gpt.mel_head(gpt.final_norm(h2[:, pe_alt.shape[1] :])), nocache
+        )
+        _, pe_l, _ = gpt.prepare_gpt_inputs(
+            conds_latent, text_tokens, torch.LongTensor([lang_to_token("en")])
+        )
+        h3 = gpt.gpt(
+            inputs_embeds=torch.cat([pe_l, mel_emb.unsqueeze(0)], 1),
+            attention_mask=full_mask,
+            return_dict=True,
+        ).last_hidden_state
+        checks["mutation_lang_row_rel"] = rel(gpt.mel_head(gpt.final_norm(h3[:, pe_l.shape[1] :])), nocache)
 
     # ---- stage 4: codec decode, target length, LR, CFM (infer_v2_5.py:827-849) ----
     codec = tts.semantic_codec
@@ -360,23 +499,36 @@ def main():
     def dec_hook(name):
         def f(mod, inp, out):
             crec[name] = (inp, out)
+
         return f
-    hs = [codec.decoder[0].register_forward_hook(dec_hook("dec0")),
-          codec.decoder[1].register_forward_hook(dec_hook("dec1")),
-          codec.up.register_forward_hook(dec_hook("up"))]
+
+    hs = [
+        codec.decoder[0].register_forward_hook(dec_hook("dec0")),
+        codec.decoder[1].register_forward_hook(dec_hook("dec1")),
+        codec.up.register_forward_hook(dec_hook("up")),
+    ]
     with torch.no_grad():
+
         def decode(codes_t):
             crec.clear()
             S_inf = codec.decode(codes_t)
             return S_inf, {k: v for k, v in crec.items()}
+
         S_infer, cr = decode(torch.tensor(forced).unsqueeze(0))
         S.put("codec_q_emb", cr["dec0"][0][0], "4.1", "output", "out_project(codebook[codes]), (1, 1024, n)")
         S.put("codec_vocos_out", cr["dec0"][1], "4.1", "output", "VocosBackbone output, (1, n, vocos_dim)")
         S.put("codec_dec_out", cr["dec1"][1], "4.1", "output", "Linear vocos_dim->1024, (1, n, 1024)")
         S.put("codec_up_in", cr["up"][0][0], "4.1", "output", "nearest x2, (1, 1024, 2n)")
         S.put("s2mel_S_infer", S_infer, "4.1", "both", "(1, 2n, 1024)")
-        checks["codec_q_emb_is_raw_codebook"] = rel(cr["dec0"][0][0], codec.quantizer.quantizers[0].out_project(
-            codec.quantizer.quantizers[0].codebook.weight[torch.tensor(forced)].T.unsqueeze(0))) < 1e-6
+        checks["codec_q_emb_is_raw_codebook"] = (
+            rel(
+                cr["dec0"][0][0],
+                codec.quantizer.quantizers[0].out_project(
+                    codec.quantizer.quantizers[0].codebook.weight[torch.tensor(forced)].T.unsqueeze(0)
+                ),
+            )
+            < 1e-6
+        )
         lr = tts.s2mel.models["length_regulator"]
         for df in MAIN["duration_factors"]:
             tl = int(S_infer.shape[1] * 1.72 * df)
@@ -385,14 +537,19 @@ def main():
             S.put(f"s2mel_target_len_{tag}", np.array(tl), "4.2", "output", f"int(2n*1.72*{df})")
             S.put(f"s2mel_cond_{tag}", cond, "4.2", "output")
         forced_odd = forced[: MAIN["n_odd"]]
-        S_odd, cr_odd = decode(torch.tensor(forced_odd).unsqueeze(0))
+        S_odd, _cr_odd = decode(torch.tensor(forced_odd).unsqueeze(0))
         S.put("odd_codes", forced_odd, "4.3", "input", f"first {MAIN['n_odd']} forced codes (odd n)")
         S.put("odd_S_infer", S_odd, "4.3", "output")
         for df in MAIN["duration_factors"]:
             tl = int(S_odd.shape[1] * 1.72 * df)
             tag = f"df{str(df).replace('.', 'p')}"
             S.put(f"odd_target_len_{tag}", np.array(tl), "4.3", "output")
-            S.put(f"odd_cond_{tag}", lr(S_odd, ylens=torch.LongTensor([tl]), n_quantizers=3, f0=None)[0], "4.3", "output")
+            S.put(
+                f"odd_cond_{tag}",
+                lr(S_odd, ylens=torch.LongTensor([tl]), n_quantizers=3, f0=None)[0],
+                "4.3",
+                "output",
+            )
         for h in hs:
             h.remove()
 
@@ -408,21 +565,34 @@ def main():
         def solve(x, *args, **kw):
             z_rec["z"] = x.clone()
             return orig_solve(x, *args, **kw)
+
         cfm.solve_euler = solve
-        dh = cfm.estimator.register_forward_hook(lambda m, i, o: dit_rec.append(
-            ([t.clone() if isinstance(t, torch.Tensor) else t for t in i], o.clone())))
+        dh = cfm.estimator.register_forward_hook(
+            lambda m, i, o: dit_rec.append(
+                ([t.clone() if isinstance(t, torch.Tensor) else t for t in i], o.clone())
+            )
+        )
         torch.manual_seed(MAIN["cfm_seed"])
-        vc_full = cfm.inference(cat_condition, torch.LongTensor([cat_condition.size(1)]), ref_mel, style, None, 25,
-                                inference_cfg_rate=0.7)
+        vc_full = cfm.inference(
+            cat_condition,
+            torch.LongTensor([cat_condition.size(1)]),
+            ref_mel,
+            style,
+            None,
+            25,
+            inference_cfg_rate=0.7,
+        )
         dh.remove()
         cfm.solve_euler = orig_solve
         vc = vc_full[:, :, Tm:]
-        S.put("cfm_z", z_rec["z"], "4.4", "input", f"start noise, torch.manual_seed({MAIN['cfm_seed']}) + randn")
+        S.put(
+            "cfm_z", z_rec["z"], "4.4", "input", f"start noise, torch.manual_seed({MAIN['cfm_seed']}) + randn"
+        )
         S.put("cfm_out_full", vc_full, "4.4", "output")
         S.put("cfm_mel", vc, "4.4", "both")
         checks["cfm_dit_calls"] = len(dit_rec)
         names = ["x", "prompt_x", "x_lens", "t", "style", "cond"]
-        for nm, t in zip(names, dit_rec[0][0]):
+        for nm, t in zip(names, dit_rec[0][0], strict=False):
             S.put(f"dit_in_{nm}", t, "4.5", "input", "first DiT call (step 0, batch [cond, uncond])")
         S.put("dit_out", dit_rec[0][1], "4.5", "output")
         for k in (12, 24):
@@ -444,28 +614,46 @@ def main():
         seen["text_tokens"] = args[1].clone()
         seen["lang"] = args[2].clone()
         return orig_is(*args, **kw)
+
     gpt.inference_speech = is_spy
     orig_inf = cfm.inference
 
     def inf_seeded(*args, **kw):
         torch.manual_seed(MAIN["cfm_seed"])
         return orig_inf(*args, **kw)
+
     cfm.inference = inf_seeded
     e2e = {}
     for df in MAIN["duration_factors"]:
-        sr_out, data = tts.infer(ref, MAIN["text"], None, MAIN["lang"], num_beams=1, max_mel_tokens=n + 1,
-                                 prefix_allowed_tokens_fn=lambda b, ids: [int(forced[ids.shape[-1] - P1])]
-                                 if ids.shape[-1] - P1 < n else [gpt.stop_mel_token], duration_factor=df)
+        sr_out, data = tts.infer(
+            ref,
+            MAIN["text"],
+            None,
+            MAIN["lang"],
+            num_beams=1,
+            max_mel_tokens=n + 1,
+            prefix_allowed_tokens_fn=lambda b, ids: (
+                [int(forced[ids.shape[-1] - P1])] if ids.shape[-1] - P1 < n else [gpt.stop_mel_token]
+            ),
+            duration_factor=df,
+        )
         tag = f"df{str(df).replace('.', 'p')}"
-        S.put(f"e2e_wav_int16_{tag}", data[:, 0].astype(np.int16), "e2e", "output",
-              f"IndexTTS2.infer(ref.wav, main text, None, '{MAIN['lang']}', duration_factor={df}), forced codes")
+        S.put(
+            f"e2e_wav_int16_{tag}",
+            data[:, 0].astype(np.int16),
+            "e2e",
+            "output",
+            f"IndexTTS2.infer(ref.wav, main text, None, '{MAIN['lang']}', duration_factor={df}), "
+            "forced codes",
+        )
         e2e[tag] = {"samples": int(data.shape[0]), "sr": int(sr_out)}
     gpt.inference_speech = orig_is
     cfm.inference = orig_inf
     checks["e2e_text_tokens_equal_stage2"] = bool(np.array_equal(seen["text_tokens"][0].numpy(), main_ids))
     checks["e2e_lang_equal_stage2"] = int(seen["lang"][0]) == int(S.arrays["text_main_lang_index"])
-    checks["e2e_df1_equals_staged_wav"] = bool(np.array_equal(S.arrays["e2e_wav_int16_df1p0"],
-                                                              S.arrays["wav_int16"][0]))
+    checks["e2e_df1_equals_staged_wav"] = bool(
+        np.array_equal(S.arrays["e2e_wav_int16_df1p0"], S.arrays["wav_int16"][0])
+    )
     checks["e2e_df1p37_samples"] = e2e["df1p37"]["samples"]
     checks["e2e_df1p37_expected_samples"] = 256 * int(2 * n * 1.72 * 1.37)
     checks["e2e_caches_equal_stages"] = {
@@ -479,6 +667,7 @@ def main():
     # ---- write ----
     import importlib.metadata
     import platform
+
     npz = os.path.join(outdir, "vectors25_s0.npz")
     np.savez_compressed(npz, **S.arrays)
     stages = {}
@@ -487,21 +676,36 @@ def main():
     sidecar = {
         "format": "indextts25-parity-vectors/1",
         "about": "Stage-by-stage vectors of the ORIGINAL IndexTTS-2.5 (indextts.infer_v2_5, index-tts commit "
-                 "ee40fa7) run on CPU fp32 on the random parity checkpoint of tools/parity25 (seed 0).",
+        "ee40fa7) run on CPU fp32 on the random parity checkpoint of tools/parity25 (seed 0).",
         "checkpoint_digest": ck_manifest["checkpoint_digest"],
         "checkpoint_seed": ck_manifest["seed"],
         "config": "tools/parity25/config.yaml (copied into the checkpoint)",
-        "case": {"main": MAIN, "text_cases": text_cases, "speaker_wav": "ref.wav", "emotion_wav": "ref.wav (default)",
-                 "emo_alpha_used": 1.0, "e2e": e2e},
-        "environment": {"python": platform.python_version(), "torch": torch.__version__,
-                        "torchaudio": torchaudio.__version__, "transformers": transformers.__version__,
-                        "librosa": librosa.__version__, "numpy": np.__version__,
-                        "tiktoken": tiktoken.__version__, "fugashi": importlib.metadata.version("fugashi"),
-                        "unidic-lite": importlib.metadata.version("unidic-lite"),
-                        "stubs": "whisper.tokenizer (functional), tn.* WeText (identity); no nemo"},
+        "case": {
+            "main": MAIN,
+            "text_cases": text_cases,
+            "speaker_wav": "ref.wav",
+            "emotion_wav": "ref.wav (default)",
+            "emo_alpha_used": 1.0,
+            "e2e": e2e,
+        },
+        "environment": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "torchaudio": torchaudio.__version__,
+            "transformers": transformers.__version__,
+            "librosa": librosa.__version__,
+            "numpy": np.__version__,
+            "tiktoken": tiktoken.__version__,
+            "fugashi": importlib.metadata.version("fugashi"),
+            "unidic-lite": importlib.metadata.version("unidic-lite"),
+            "stubs": "whisper.tokenizer (functional), tn.* WeText (identity); no nemo",
+        },
         "stages_present": sorted(stages),
-        "stages_absent": ["3.6 logits processors (repetition penalty / top-k / top-p scores)",
-                          "emotion-vector mode (feat1/feat2 prototypes)", "separate emotion audio case"],
+        "stages_absent": [
+            "3.6 logits processors (repetition penalty / top-k / top-p scores)",
+            "emotion-vector mode (feat1/feat2 prototypes)",
+            "separate emotion audio case",
+        ],
         "stages": stages,
         "keys": S.meta,
         "checks": checks,

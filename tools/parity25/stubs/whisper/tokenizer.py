@@ -7,18 +7,18 @@ on the inference path reads them, so they are left out.
 """
 
 from dataclasses import dataclass
-from typing import Any, List, Optional
+from typing import Any
 
 
 @dataclass
 class Tokenizer:
     encoding: Any
     num_languages: int
-    language: Optional[str] = None
-    task: Optional[str] = None
+    language: str | None = None
+    task: str | None = None
 
-    def encode(self, text: str, **kwargs: Any) -> List[int]:
+    def encode(self, text: str, **kwargs: Any) -> list[int]:
         return self.encoding.encode(text, **kwargs)
 
-    def decode(self, token_ids: List[int], **kwargs: Any) -> str:
+    def decode(self, token_ids: list[int], **kwargs: Any) -> str:
         return self.encoding.decode(token_ids, **kwargs)
