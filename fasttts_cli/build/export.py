@@ -49,7 +49,7 @@ from fasttts_cli.build.host_files import (  # noqa: F401
 )
 from fasttts_cli.build.onnx_io import EXTERNAL_DATA_BYTES, load_model, staged_folder, write_onnx
 from fasttts_cli.build.quiet import quiet_native_output
-from fasttts_cli.errors import FastTTSError, UsageError
+from fasttts_cli.errors import FastTTSError, InputError, UsageError
 from fasttts_cli.nets.checkpoint import CheckpointPaths, IndexTTS2Modules, load_checkpoint
 from fasttts_cli.spec.engine_folder import ComponentEntry, Manifest, component_sha256, write_manifest
 from fasttts_cli.spec.presets import ComponentSpec, Preset, load_preset
@@ -242,6 +242,7 @@ _MODULE_OF = {
     "w2v_bert": "w2v_bert",
     "codec_quantize": "codec",
     "codec_vq2emb": "codec",
+    "codec_decode": "codec",  # IndexTTS-2.5 (export25.py)
     "campplus": "campplus",
     "speaker_conditioner": "gpt",
     "emotion_conditioner": "gpt",
@@ -261,6 +262,17 @@ def _release_unused(m: IndexTTS2Modules, pending: list[GraphSpec | None]) -> Non
         if getattr(m, attr) is not None:
             setattr(m, attr, None)
     gc.collect()
+
+
+def is_v25(root: Path) -> bool:
+    """Whether a checkpoint folder is IndexTTS-2.5's (release_layout25.detect_model_version); a folder
+    that is neither goes the v2 way, whose loader names what is missing."""
+    from fasttts_cli.nets.release_layout25 import MODEL_V25, detect_model_version
+
+    try:
+        return detect_model_version(root) == MODEL_V25
+    except InputError:
+        return False
 
 
 def default_out_dir(checkpoint_dir: Path, preset_name: str) -> Path:
@@ -299,6 +311,12 @@ def build_engine(
     preset = preset if isinstance(preset, Preset) else load_preset(preset)
     _check_preset(preset)
     paths = checkpoint if isinstance(checkpoint, CheckpointPaths) else CheckpointPaths(Path(checkpoint))
+    if is_v25(paths.root):
+        from fasttts_cli.build.export25 import build_engine25
+
+        return build_engine25(
+            paths.root, preset, out_dir, overwrite=overwrite, progress=say, on_component=built
+        )
     out = Path(out_dir) if out_dir is not None else default_out_dir(paths.root, preset.name)
     if out.exists() and not overwrite:
         raise UsageError(f"--out {out}: already exists", hint="choose another folder or pass --overwrite")
@@ -324,34 +342,9 @@ def build_engine(
             t_comp = time.monotonic()
             entries["gpt_trtllm"] = _build_trtllm_gpt(m, gpt_comp, preset, tmp, say)
             built(ComponentBuilt("gpt_trtllm", 1, total, time.monotonic() - t_comp))
-        with torch.no_grad():
-            for i, spec in enumerate(specs):
-                assert spec is not None
-                t_comp = time.monotonic()
-                say(f"exporting {spec.name}")
-                path = export_graph(spec, tmp)
-                comp = preset.components.get(spec.group) or ComponentSpec()
-                if comp.precision != "fp32":
-                    path, build_info[spec.name] = _convert(spec, path, comp, say)
-                ins, outs = _io_shapes(path)
-                entry = ComponentEntry(
-                    file=path.name,
-                    backend="onnxruntime-cpu" if comp.backend == "tensorrt" else comp.backend,
-                    precision=comp.precision,
-                    inputs=ins,
-                    outputs=outs,
-                    sha256=component_sha256(path),
-                )
-                if comp.backend == "tensorrt":
-                    from fasttts_cli.build.tensorrt_build import build_component
-
-                    say(f"building TensorRT plan for {spec.name}")
-                    entry, info = build_component(tmp, spec.name, entry, comp, preset.limits, constants)
-                    trt_info[spec.name] = info.to_json()
-                entries[spec.name] = entry
-                built(ComponentBuilt(spec.name, i + 1 + int(trtllm), total, time.monotonic() - t_comp))
-                specs[i] = spec = None
-                _release_unused(m, specs)
+        entries.update(
+            export_components(specs, preset, tmp, say, built, constants, build_info, trt_info, m, int(trtllm))
+        )
         if build_info:
             constants["build"] = build_info
         if trt_info:
@@ -380,3 +373,51 @@ def build_engine(
         for p in [tmp, *tmp.iterdir()]:
             p.chmod(0o755 if p.is_dir() else 0o644)  # mkdtemp's 0700 is not meant for an engine
     return out  # the caller reports where it went (the CLI said it twice when this did too)
+
+
+def export_components(
+    specs: list[GraphSpec | None],
+    preset: Preset,
+    tmp: Path,
+    say: Callable[[str], None],
+    built: Callable[[ComponentBuilt], None],
+    constants: dict[str, Any],
+    build_info: dict[str, Any],
+    trt_info: dict[str, Any],
+    modules: Any,
+    done_before: int = 0,
+) -> dict[str, ComponentEntry]:
+    """Export, convert (the preset's precision) and, for TensorRT, plan every graph of `specs` into
+    `tmp`; the manifest entry of each by name. `build_info` / `trt_info` collect the conversion and plan
+    reports; each module of `modules` is dropped once its last graph is written (`_MODULE_OF`)."""
+    entries: dict[str, ComponentEntry] = {}
+    total = len(specs) + done_before
+    with torch.no_grad():
+        for i, spec in enumerate(specs):
+            assert spec is not None
+            t_comp = time.monotonic()
+            say(f"exporting {spec.name}")
+            path = export_graph(spec, tmp)
+            comp = preset.components.get(spec.group) or ComponentSpec()
+            if comp.precision != "fp32":
+                path, build_info[spec.name] = _convert(spec, path, comp, say)
+            ins, outs = _io_shapes(path)
+            entry = ComponentEntry(
+                file=path.name,
+                backend="onnxruntime-cpu" if comp.backend == "tensorrt" else comp.backend,
+                precision=comp.precision,
+                inputs=ins,
+                outputs=outs,
+                sha256=component_sha256(path),
+            )
+            if comp.backend == "tensorrt":
+                from fasttts_cli.build.tensorrt_build import build_component
+
+                say(f"building TensorRT plan for {spec.name}")
+                entry, info = build_component(tmp, spec.name, entry, comp, preset.limits, constants)
+                trt_info[spec.name] = info.to_json()
+            entries[spec.name] = entry
+            built(ComponentBuilt(spec.name, i + 1 + done_before, total, time.monotonic() - t_comp))
+            specs[i] = None
+            _release_unused(modules, specs)
+    return entries

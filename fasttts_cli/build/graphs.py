@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
@@ -228,38 +229,37 @@ def engine_specs(m: IndexTTS2Modules, preset: Preset) -> list[GraphSpec]:
     return specs
 
 
+def _mask_from(lens: torch.Tensor, t: int) -> torch.Tensor:
+    return (torch.arange(t)[None, :] < lens[:, None]).to(torch.int64)
+
+
+def _conditioner_inputs(width: int) -> Callable[[int, int, torch.Generator], Inputs]:
+    """A conditioner's example (features (B, T >= 5, width), lengths (B,) >= 3)."""
+
+    def cond_in(b: int, t: int, g: torch.Generator) -> Inputs:
+        t = max(t, 5)
+        return _randn(g, b, t, width), _lengths(b, t, g, low=3)
+
+    return cond_in
+
+
 def graph_specs(m: IndexTTS2Modules) -> list[GraphSpec]:
     """Every component of the engine, built from loaded modules; all sizes come from the modules."""
     uv = m.gpt
-    from fasttts_cli.nets.unified_voice import EmotionConditionerGraph, SpeakerConditionerGraph
+    from fasttts_cli.nets.unified_voice import SpeakerConditionerGraph
 
-    w2v_cfg = m.w2v_bert.model.config
-    feat_in = int(w2v_cfg.feature_projection_input_dim)
-    width = int(w2v_cfg.hidden_size)
-    n_mels = int(m.s2mel.cfm.estimator.cfg.in_channels)
-    style_dim = int(m.config.s2mel.style_dim)
-    content_dim = int(m.s2mel.length_regulator.content_in_proj.weight.shape[0])
+    width = int(m.w2v_bert.model.config.hidden_size)
     codes = int(m.codec.vq.codebook.weight.shape[0]) if hasattr(m.codec.vq, "codebook") else 8192
     lat_dim = int(m.s2mel.gpt_layer[0].weight.shape[1])
-
-    def mask_from(lens: torch.Tensor, t: int) -> torch.Tensor:
-        return (torch.arange(t)[None, :] < lens[:, None]).to(torch.int64)
-
-    def w2v_in(b, t, g):
-        return _randn(g, b, t, feat_in), mask_from(_lengths(b, t, g), t)
+    common = common_specs(m)
 
     def codec_in(b, t, g):
-        return _randn(g, b, t, width), mask_from(_lengths(b, t, g), t)
+        return _randn(g, b, t, width), _mask_from(_lengths(b, t, g), t)
 
     def vq_in(b, t, g):
         return (torch.randint(0, codes, (b, t), generator=g),)
 
-    def campplus_in(b, t, g):
-        return (_randn(g, b, 4 * t, 80),)
-
-    def cond_in(b, t, g):
-        t = max(t, 5)
-        return _randn(g, b, t, width), _lengths(b, t, g, low=3)
+    cond_in = _conditioner_inputs(width)
 
     def content_in(b, t, g):
         lens = _lengths(b, t, g, low=2)
@@ -267,6 +267,77 @@ def graph_specs(m: IndexTTS2Modules) -> list[GraphSpec]:
         ylens = (target_lengths(lens) * (0.75 + 0.5 * torch.rand(b, generator=g))).long().clamp(min=1)
         ylens[0] = target_lengths(lens[:1])[0]
         return _randn(g, b, t, lat_dim), _randn(g, b, t, width), lens, ylens
+
+    bt = {0: "batch", 1: "time"}
+    b_ = {0: "batch"}
+    return [
+        common["w2v_bert"],
+        GraphSpec(
+            "codec_quantize",
+            "codec",
+            _codec_quantize(m.codec),
+            codec_in,
+            ["features", "mask"],
+            ["indices", "quantized"],
+            {"features": bt, "mask": bt, "indices": bt, "quantized": bt},
+        ),
+        GraphSpec(
+            "codec_vq2emb",
+            "codec",
+            _codec_embed(m.codec),
+            vq_in,
+            ["codes"],
+            ["embedding"],
+            {"codes": bt, "embedding": bt},
+        ),
+        common["campplus"],
+        GraphSpec(
+            "speaker_conditioner",
+            "conditioners",
+            SpeakerConditionerGraph(uv),
+            cond_in,
+            ["features", "lengths"],
+            ["latents"],
+            {"features": bt, "lengths": b_, "latents": b_},
+        ),
+        common["emotion_conditioner"],
+        trunk_spec(uv),
+        GraphSpec(
+            "s2mel_content",
+            "s2mel",
+            _S2MelContent(m.s2mel),
+            content_in,
+            ["latent", "vq_emb", "code_lens", "ylens"],
+            ["cond"],
+            {"latent": bt, "vq_emb": bt, "code_lens": b_, "ylens": b_, "cond": {0: "batch", 1: "frames"}},
+        ),
+        common["length_regulator"],
+        common["dit_cfg_step"],
+        common["bigvgan"],
+    ]
+
+
+def common_specs(m: Any) -> dict[str, GraphSpec]:
+    """The graphs IndexTTS-2 and 2.5 share (w2v-BERT, CAMPPlus, emotion conditioner, length regulator,
+    DiT step, vocoder), by name, from a loaded module set of either version (its w2v_bert, campplus,
+    gpt, s2mel, bigvgan and config.s2mel.style_dim); all sizes come from the modules."""
+    from fasttts_cli.nets.unified_voice import EmotionConditionerGraph
+
+    uv = m.gpt
+    w2v_cfg = m.w2v_bert.model.config
+    feat_in = int(w2v_cfg.feature_projection_input_dim)
+    width = int(w2v_cfg.hidden_size)
+    n_mels = int(m.s2mel.cfm.estimator.cfg.in_channels)
+    style_dim = int(m.config.s2mel.style_dim)
+    content_dim = int(m.s2mel.length_regulator.content_in_proj.weight.shape[0])
+
+    def w2v_in(b, t, g):
+        return _randn(g, b, t, feat_in), _mask_from(_lengths(b, t, g), t)
+
+    def campplus_in(b, t, g):
+        return (_randn(g, b, 4 * t, 80),)
+
+    cond_in = _conditioner_inputs(width)
 
     def lr_in(b, t, g):
         lens = _lengths(b, t, g, low=2)
@@ -292,7 +363,7 @@ def graph_specs(m: IndexTTS2Modules) -> list[GraphSpec]:
 
     bt = {0: "batch", 1: "time"}
     b_ = {0: "batch"}
-    return [
+    specs = [
         GraphSpec(
             "w2v_bert",
             "w2v_bert",
@@ -305,24 +376,6 @@ def graph_specs(m: IndexTTS2Modules) -> list[GraphSpec]:
             verify_bt=[(3, 17), (1, 80)],
         ),
         GraphSpec(
-            "codec_quantize",
-            "codec",
-            _codec_quantize(m.codec),
-            codec_in,
-            ["features", "mask"],
-            ["indices", "quantized"],
-            {"features": bt, "mask": bt, "indices": bt, "quantized": bt},
-        ),
-        GraphSpec(
-            "codec_vq2emb",
-            "codec",
-            _codec_embed(m.codec),
-            vq_in,
-            ["codes"],
-            ["embedding"],
-            {"codes": bt, "embedding": bt},
-        ),
-        GraphSpec(
             "campplus",
             "campplus",
             m.campplus,
@@ -332,15 +385,6 @@ def graph_specs(m: IndexTTS2Modules) -> list[GraphSpec]:
             {"fbank": bt, "style": b_},
         ),
         GraphSpec(
-            "speaker_conditioner",
-            "conditioners",
-            SpeakerConditionerGraph(uv),
-            cond_in,
-            ["features", "lengths"],
-            ["latents"],
-            {"features": bt, "lengths": b_, "latents": b_},
-        ),
-        GraphSpec(
             "emotion_conditioner",
             "conditioners",
             EmotionConditionerGraph(uv),
@@ -348,16 +392,6 @@ def graph_specs(m: IndexTTS2Modules) -> list[GraphSpec]:
             ["features", "lengths"],
             ["emovec"],
             {"features": bt, "lengths": b_, "emovec": b_},
-        ),
-        trunk_spec(uv),
-        GraphSpec(
-            "s2mel_content",
-            "s2mel",
-            _S2MelContent(m.s2mel),
-            content_in,
-            ["latent", "vq_emb", "code_lens", "ylens"],
-            ["cond"],
-            {"latent": bt, "vq_emb": bt, "code_lens": b_, "ylens": b_, "cond": {0: "batch", 1: "frames"}},
         ),
         GraphSpec(
             "length_regulator",
@@ -398,6 +432,7 @@ def graph_specs(m: IndexTTS2Modules) -> list[GraphSpec]:
             verify_bt=[(3, 9), (1, 17)],
         ),
     ]
+    return {sp.name: sp for sp in specs}
 
 
 def _codec_quantize(codec: nn.Module) -> nn.Module:
