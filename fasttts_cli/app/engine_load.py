@@ -12,6 +12,8 @@ from fasttts_cli.spec import registry
 from fasttts_cli.synth.engine_select import DRAFT, TORCH, EngineSelection
 from fasttts_cli.synth.synthesizer import Synthesizer
 
+INDEXTTS25 = "indextts2.5"  # an IndexTTS-2.5 engine folder's model_id (indextts25.components.MODEL_ID25)
+
 # ---- engine loading ------------------------------------------------------------------------------
 
 
@@ -35,6 +37,10 @@ def load_synthesizer(
         if cache_dir is not None:
             return IndexTTS2Synthesizer.load(selection.path, preset, cache_dir=cache_dir)
         return IndexTTS2Synthesizer.load(selection.path, preset)
+    if selection.kind == INDEXTTS25:
+        from fasttts_cli.indextts25.synthesizer import IndexTTS25Synthesizer
+
+        return IndexTTS25Synthesizer.load(selection.path, preset, cache_dir=cache_dir)
     if selection.kind == TORCH:
         try:
             from fasttts_cli.indextts2.synthesizer_torch import TorchSynthesizer
@@ -62,6 +68,10 @@ def token_counter(selection: EngineSelection, preset: str | None) -> tuple[Calla
             return TorchSynthesizer.tokenizer_counter(selection.path), "checkpoint tokenizer"
         except ImportError:
             return draft_count_tokens, "estimate (characters; torch backend unavailable)"
+    if selection.kind == INDEXTTS25:
+        from fasttts_cli.indextts25.synthesizer import IndexTTS25Synthesizer
+
+        return IndexTTS25Synthesizer.tokenizer_counter(selection.path), "engine tokenizer"
     try:
         from fasttts_cli.indextts2.synthesizer import IndexTTS2Synthesizer
 

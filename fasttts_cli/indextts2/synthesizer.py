@@ -78,6 +78,7 @@ class IndexTTS2Synthesizer:
     """Synthesizer for an IndexTTS-2 engine folder (see the module docstring)."""
 
     name = "indextts2"
+    code_tag = "indextts2"  # names this runtime's code in identity() (a subclass's model has its own)
     clones_voice = True
     languages = ("zh", "en")  # IndexTTS-2 speaks Chinese and English and tells them apart by itself
     needs_language = False
@@ -134,7 +135,7 @@ class IndexTTS2Synthesizer:
         limits = json.dumps(asdict(p.limits), sort_keys=True)
         return (
             f"{self.engine.identity()}|run={run}|limits={limits}"
-            f"|code=fasttts-{__version__}.indextts2-{ENGINE_CODE_REV}"
+            f"|code=fasttts-{__version__}.{self.code_tag}-{ENGINE_CODE_REV}"
         )
 
     def count_tokens(self, text: str) -> int:

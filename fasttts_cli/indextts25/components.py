@@ -1,0 +1,105 @@
+"""The IndexTTS-2.5 engine folder's contract (build/export25.py writes it): component names, the IO this
+runtime feeds and reads, the host files, and `check_manifest25`, which refuses a folder that breaks it.
+
+The shared components keep v2's names and IO (indextts2.components); 2.5 adds `codec_decode` and drops
+the codec quantizer, the speaker conditioner and s2mel_content (delta §13).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from fasttts_cli.errors import EngineMismatchError
+from fasttts_cli.indextts2.components import (
+    CAMPPLUS,
+    DIT_CFG_STEP,
+    EMO_MATRIX,
+    EMOTION_CONDITIONER,
+    GPT_TRUNK,
+    LENGTH_REGULATOR,
+    SPK_MATRIX,
+    VOCODER,
+    W2V_BERT,
+    W2V_MEAN,
+    W2V_VAR,
+    io_matches,
+)
+from fasttts_cli.spec import registry
+from fasttts_cli.spec.engine_folder import Manifest
+
+MODEL_ID25 = "indextts2.5"
+SUPPORTED_MODEL_VERSIONS25 = ("2.5",)
+CODEC_DECODE = "codec_decode"
+CODEC_DECODE_IO = (("codes", "code_lens"), ("s_infer",))
+SHARED = (W2V_BERT, CAMPPLUS, EMOTION_CONDITIONER, GPT_TRUNK, LENGTH_REGULATOR, DIT_CFG_STEP, VOCODER)
+COMPONENTS25 = (*SHARED, CODEC_DECODE)
+
+# host files (manifest `files` keys): table -> key
+TABLES25 = {
+    "text_embedding": "gpt_text_embedding",
+    "text_pos": "gpt_text_pos_embedding",
+    "mel_embedding": "gpt_mel_embedding",
+    "mel_pos": "gpt_mel_pos_embedding",
+    "lang_embedding": "gpt_lang_embedding",
+}
+SPK_PROJ_WEIGHT, SPK_PROJ_BIAS, TOKENIZER = "gpt_spk_emb_proj_weight", "gpt_spk_emb_proj_bias", "tokenizer"
+FILES25 = (
+    *TABLES25.values(),
+    SPK_PROJ_WEIGHT,
+    SPK_PROJ_BIAS,
+    W2V_MEAN,
+    W2V_VAR,
+    SPK_MATRIX,
+    EMO_MATRIX,
+    TOKENIZER,
+)
+
+_CONFIG_KEYS25 = {
+    "gpt": ("model_dim", "layers", "heads", "max_text_tokens", "start_mel_token", "stop_mel_token"),
+    "s2mel": ("sr", "n_fft", "win_length", "hop_length", "n_mels", "style_dim", "code_to_frames"),
+    "vocoder": ("hop", "sampling_rate"),
+}
+
+
+def io_matches25(name: str, layers: int, inputs: set[str], outputs: set[str] | None = None) -> bool:
+    """A 2.5 component's inputs equal, and its outputs include, what this runtime uses."""
+    if name == CODEC_DECODE:
+        ins, outs = CODEC_DECODE_IO
+        return inputs == set(ins) and (outputs is None or set(outs) <= outputs)
+    return io_matches(name, layers, inputs, outputs)
+
+
+def check_manifest25(manifest: Manifest, folder: Path) -> None:
+    """Refuse a 2.5 engine this runtime cannot drive; the message names every mismatch."""
+    problems: list[str] = []
+    if str(manifest.model_version) not in SUPPORTED_MODEL_VERSIONS25:
+        problems.append(f"model_version {manifest.model_version!r} (this runtime runs 2.5)")
+    cfg = manifest.config or {}
+    for section, keys in _CONFIG_KEYS25.items():
+        sec = cfg.get(section)
+        if not isinstance(sec, Mapping):
+            problems.append(f"config.{section} is missing")
+            continue
+        problems += [f"config.{section}.{k} is missing" for k in keys if k not in sec]
+    if problems:
+        raise EngineMismatchError(f"{folder / 'manifest.json'}: " + "; ".join(problems))
+    layers = int(cfg["gpt"]["layers"])
+    graphs = registry.with_artifact(registry.GRAPH)
+    for name in COMPONENTS25:
+        comp = manifest.components.get(name)
+        if comp is None:
+            problems.append(f"component {name!r} is missing")
+            continue
+        if comp.backend not in graphs:
+            problems.append(f"component {name!r} backend {comp.backend!r} (runs: {', '.join(graphs)})")
+        outs = set(comp.outputs) if comp.outputs else None
+        if comp.inputs and not io_matches25(name, layers, set(comp.inputs), outs):
+            problems.append(f"component {name!r} inputs {sorted(comp.inputs)} do not match this runtime")
+    problems += [f"file {k!r} is not listed" for k in FILES25 if k not in manifest.files]
+    if problems:
+        raise EngineMismatchError(
+            f"{folder / 'manifest.json'}: this engine does not match the IndexTTS-2.5 runtime: "
+            + "; ".join(problems),
+            hint="rebuild it with this version of `fasttts build`",
+        )
