@@ -349,30 +349,48 @@ def build_engine(
             constants["build"] = build_info
         if trt_info:
             constants["tensorrt"] = trt_info
-        files: dict[str, str] = {}
-        for fname, arr in arrays.items():
-            np.save(tmp / fname, arr, allow_pickle=False)
-            files[Path(fname).stem] = fname
-        shutil.copyfile(m.bpe_model, tmp / BPE_MODEL)
-        files["bpe_model"] = BPE_MODEL
         say("hashing checkpoint")
-        manifest = Manifest(
-            model_id=MODEL_ID,
-            model_version=m.config.version,
-            checkpoint_digest=m.digest(),
-            preset=preset.name,
-            preset_build_keys=preset.build_keys(),
-            components=entries,
-            opset=OPSET,
-            tool_version=f"fasttts {__version__}",
-            files=files,
-            config=constants,
-            random_weights=m.random_weights,
+        write_folder(
+            tmp, MODEL_ID, m, preset, entries, constants, arrays, {"bpe_model": (m.bpe_model, BPE_MODEL)}
         )
-        write_manifest(tmp, manifest)
-        for p in [tmp, *tmp.iterdir()]:
-            p.chmod(0o755 if p.is_dir() else 0o644)  # mkdtemp's 0700 is not meant for an engine
     return out  # the caller reports where it went (the CLI said it twice when this did too)
+
+
+def write_folder(
+    tmp: Path,
+    model_id: str,
+    m: Any,
+    preset: Preset,
+    entries: dict[str, ComponentEntry],
+    constants: dict[str, Any],
+    arrays: dict[str, np.ndarray],
+    copies: dict[str, tuple[Path, str]],
+) -> None:
+    """Everything of an engine folder besides its graphs: the host arrays (`.npy`), the copied files
+    (manifest `files` key -> (source, name in the folder)) and manifest.json, for module set `m`."""
+    files: dict[str, str] = {}
+    for fname, arr in arrays.items():
+        np.save(tmp / fname, arr, allow_pickle=False)
+        files[Path(fname).stem] = fname
+    for key, (src, name) in copies.items():
+        shutil.copyfile(src, tmp / name)
+        files[key] = name
+    manifest = Manifest(
+        model_id=model_id,
+        model_version=m.config.version,
+        checkpoint_digest=m.digest(),
+        preset=preset.name,
+        preset_build_keys=preset.build_keys(),
+        components=entries,
+        opset=OPSET,
+        tool_version=f"fasttts {__version__}",
+        files=files,
+        config=constants,
+        random_weights=m.random_weights,
+    )
+    write_manifest(tmp, manifest)
+    for p in [tmp, *tmp.iterdir()]:
+        p.chmod(0o755 if p.is_dir() else 0o644)  # mkdtemp's 0700 is not meant for an engine
 
 
 def export_components(

@@ -15,7 +15,6 @@ BigVGAN) are graphs.py's, exported from the 2.5 modules.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,13 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fasttts_cli import __version__
-from fasttts_cli.build.export import (
-    OPSET,
-    ComponentBuilt,
-    default_out_dir,
-    export_components,
-)
+from fasttts_cli.build.export import ComponentBuilt, default_out_dir, export_components, write_folder
 from fasttts_cli.build.graphs import (
     GraphSpec,
     _lengths,
@@ -40,14 +33,13 @@ from fasttts_cli.build.graphs import (
     ort_contrib_fits,
     trunk_spec,
 )
-from fasttts_cli.build.host_files import EMO_MATRIX, SPK_MATRIX, W2V_MEAN, W2V_VAR, model_constants
+from fasttts_cli.build.host_files import model_constants, stat_arrays
 from fasttts_cli.build.onnx_io import staged_folder
 from fasttts_cli.errors import UsageError
 from fasttts_cli.nets.checkpoint25 import IndexTTS25Modules, load_checkpoint25
 from fasttts_cli.nets.codec_enhanced import UPSAMPLE
 from fasttts_cli.nets.release_layout25 import MODEL_V25
 from fasttts_cli.nets.tiktoken_ranks import TOKENIZER_FILE
-from fasttts_cli.spec.engine_folder import Manifest, write_manifest
 from fasttts_cli.spec.presets import Preset, load_preset
 
 MODEL_ID25 = MODEL_V25  # the manifest's model_id
@@ -116,11 +108,7 @@ def host_arrays25(m: IndexTTS25Modules) -> dict[str, np.ndarray]:
     proj = m.gpt.spk_emb_proj
     out[SPK_PROJ_WEIGHT] = proj.weight.detach().float().numpy().copy()  # (D, style_dim)
     out[SPK_PROJ_BIAS] = proj.bias.detach().float().numpy().copy()
-    out[W2V_MEAN] = m.w2v_mean.astype(np.float32)
-    out[W2V_VAR] = m.w2v_var.astype(np.float32)
-    out[SPK_MATRIX] = m.spk_matrix.astype(np.float32)
-    out[EMO_MATRIX] = m.emo_matrix.astype(np.float32)
-    return out
+    return {**out, **stat_arrays(m)}
 
 
 def model_constants25(m: IndexTTS25Modules) -> dict[str, Any]:
@@ -172,27 +160,7 @@ def build_engine25(
             constants["build"] = build_info
         if trt_info:
             constants["tensorrt"] = trt_info
-        files: dict[str, str] = {}
-        for fname, arr in arrays.items():
-            np.save(tmp / fname, arr, allow_pickle=False)
-            files[Path(fname).stem] = fname
-        shutil.copyfile(m.tokenizer, tmp / TOKENIZER_FILE)
-        files["tokenizer"] = TOKENIZER_FILE
         say("hashing checkpoint")
-        manifest = Manifest(
-            model_id=MODEL_ID25,
-            model_version=m.config.version,
-            checkpoint_digest=m.digest(),
-            preset=preset.name,
-            preset_build_keys=preset.build_keys(),
-            components=entries,
-            opset=OPSET,
-            tool_version=f"fasttts {__version__}",
-            files=files,
-            config=constants,
-            random_weights=m.random_weights,
-        )
-        write_manifest(tmp, manifest)
-        for p in [tmp, *tmp.iterdir()]:
-            p.chmod(0o755 if p.is_dir() else 0o644)
+        copies = {"tokenizer": (m.tokenizer, TOKENIZER_FILE)}
+        write_folder(tmp, MODEL_ID25, m, preset, entries, constants, arrays, copies)
     return out

@@ -33,12 +33,17 @@ def gpt_host_tables(uv: nn.Module) -> dict[str, np.ndarray]:
 
 def host_arrays(m: IndexTTS2Modules) -> dict[str, np.ndarray]:
     """File name -> array for every table the runtime applies on the host."""
-    out = gpt_host_tables(m.gpt)
-    out[W2V_MEAN] = m.w2v_mean.astype(np.float32)
-    out[W2V_VAR] = m.w2v_var.astype(np.float32)
-    out[SPK_MATRIX] = m.spk_matrix.astype(np.float32)
-    out[EMO_MATRIX] = m.emo_matrix.astype(np.float32)
-    return out
+    return {**gpt_host_tables(m.gpt), **stat_arrays(m)}
+
+
+def stat_arrays(m: Any) -> dict[str, np.ndarray]:
+    """The w2v-BERT stats and the emotion matrices (feat1, feat2) of a v2 or 2.5 module set."""
+    return {
+        W2V_MEAN: m.w2v_mean.astype(np.float32),
+        W2V_VAR: m.w2v_var.astype(np.float32),
+        SPK_MATRIX: m.spk_matrix.astype(np.float32),
+        EMO_MATRIX: m.emo_matrix.astype(np.float32),
+    }
 
 
 def model_constants(m: IndexTTS2Modules) -> dict[str, Any]:

@@ -157,6 +157,18 @@ def _component_problems(name: str, comp: ComponentEntry, layers: int, folder: Pa
     return problems
 
 
+def config_problems(cfg: Mapping[str, Any], keys: Mapping[str, Sequence[str]]) -> list[str]:
+    """What the manifest's `config` lacks of `keys` (section -> keys), one message each."""
+    problems: list[str] = []
+    for section, names in keys.items():
+        sec = cfg.get(section)
+        if not isinstance(sec, Mapping):
+            problems.append(f"config.{section} is missing")
+            continue
+        problems += [f"config.{section}.{k} is missing" for k in names if k not in sec]
+    return problems
+
+
 def check_manifest(manifest: Manifest, folder: Path) -> None:
     """Refuse an engine this runtime cannot drive; the message names every mismatch."""
     problems: list[str] = []
@@ -166,12 +178,7 @@ def check_manifest(manifest: Manifest, folder: Path) -> None:
             f"(this runtime runs {', '.join(SUPPORTED_MODEL_VERSIONS)})"
         )
     cfg = manifest.config or {}
-    for section, keys in _CONFIG_KEYS.items():
-        sec = cfg.get(section)
-        if not isinstance(sec, Mapping):
-            problems.append(f"config.{section} is missing")
-            continue
-        problems += [f"config.{section}.{k} is missing" for k in keys if k not in sec]
+    problems += config_problems(cfg, _CONFIG_KEYS)
     if problems:
         raise EngineMismatchError(f"{folder / 'manifest.json'}: " + "; ".join(problems))
     layers = int(cfg["gpt"]["layers"])

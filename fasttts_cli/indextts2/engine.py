@@ -135,6 +135,13 @@ class IndexTTS2Engine(VoiceFlow, SessionVoiceStages):
 
     # ------------------------------------------------------------------------------- loading
 
+    model_id = MODEL_ID  # the manifest model_id this engine runs
+
+    @staticmethod
+    def check(manifest: Manifest, folder: Path) -> None:
+        """Refuse a folder this runtime cannot drive (components.check_manifest)."""
+        check_manifest(manifest, folder)
+
     @classmethod
     def load(
         cls,
@@ -143,8 +150,8 @@ class IndexTTS2Engine(VoiceFlow, SessionVoiceStages):
         threads: int | None = None,
     ) -> IndexTTS2Engine:
         folder = Path(engine_dir)
-        manifest = read_manifest(folder, expect_model=MODEL_ID)
-        check_manifest(manifest, folder)
+        manifest = read_manifest(folder, expect_model=cls.model_id)
+        cls.check(manifest, folder)
         p = resolve_preset(manifest, preset, folder)
         return cls(folder, manifest, p, SessionOptions(threads=threads))
 

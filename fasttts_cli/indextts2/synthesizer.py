@@ -26,7 +26,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
@@ -78,6 +78,7 @@ class IndexTTS2Synthesizer:
     """Synthesizer for an IndexTTS-2 engine folder (see the module docstring)."""
 
     name = "indextts2"
+    engine_class: type[IndexTTS2Engine] = IndexTTS2Engine  # what `load` opens the folder with
     code_tag = "indextts2"  # names this runtime's code in identity() (a subclass's model has its own)
     clones_voice = True
     languages = ("zh", "en")  # IndexTTS-2 speaks Chinese and English and tells them apart by itself
@@ -106,9 +107,9 @@ class IndexTTS2Synthesizer:
         *,
         threads: int | None = None,
         cache_dir: Path | str | None = None,
-    ) -> IndexTTS2Synthesizer:
+    ) -> Self:
         """Reads the manifest and checks the preset; no model session opens until it is needed."""
-        engine = IndexTTS2Engine.load(path, preset, threads)
+        engine = cls.engine_class.load(path, preset, threads)
         return cls(engine, VoiceCache(cache_dir) if cache_dir is not None else None)
 
     @classmethod

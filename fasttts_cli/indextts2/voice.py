@@ -133,13 +133,23 @@ class VoiceFlow:
         blend = 1.0 if vector is not None else alpha
         side = self._side_chain(emotion_16k, speaker.audio_16k) if stages.voice_chains_side_by_side else None
         spk = stages.w2v_bert(speaker.audio_16k)
-        latents = stages.speaker_conditioning(spk)
+        latents = self._speaker_latents(spk)
         _, mel, prompt = self._prompt_features(speaker, spk)
         emo_vec, style = side.result() if side else self._side_work(emotion_16k, speaker.audio_16k)
         emovec = self._merge_emovec(emo_vec, spk, blend)
         if vector is not None:
             emovec = self.emotion_vector_mode(style, vector, emovec, alpha)
-        return VoiceConditioning(latents, emovec, style, mel, prompt)
+        return VoiceConditioning(self._speaker_rows(latents, style), emovec, style, mel, prompt)
+
+    def _speaker_latents(self, spk_cond_emb: np.ndarray) -> np.ndarray | None:
+        """The speaker conditioner's latents (stage 3.2), on the main thread while the side chain runs;
+        None where the model's speaker rows come from the style instead (`_speaker_rows`)."""
+        return self._stages().speaker_conditioning(spk_cond_emb)
+
+    def _speaker_rows(self, latents: np.ndarray | None, style: np.ndarray) -> np.ndarray:
+        """What the GPT's speaker rows are made of: the conditioner's latents here."""
+        assert latents is not None
+        return latents
 
     def _side_chain(
         self, emotion_16k: np.ndarray, speaker_16k: np.ndarray

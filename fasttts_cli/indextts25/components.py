@@ -7,7 +7,6 @@ the codec quantizer, the speaker conditioner and s2mel_content (delta §13).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 
 from fasttts_cli.errors import EngineMismatchError
@@ -23,6 +22,7 @@ from fasttts_cli.indextts2.components import (
     W2V_BERT,
     W2V_MEAN,
     W2V_VAR,
+    config_problems,
     io_matches,
 )
 from fasttts_cli.spec import registry
@@ -76,12 +76,7 @@ def check_manifest25(manifest: Manifest, folder: Path) -> None:
     if str(manifest.model_version) not in SUPPORTED_MODEL_VERSIONS25:
         problems.append(f"model_version {manifest.model_version!r} (this runtime runs 2.5)")
     cfg = manifest.config or {}
-    for section, keys in _CONFIG_KEYS25.items():
-        sec = cfg.get(section)
-        if not isinstance(sec, Mapping):
-            problems.append(f"config.{section} is missing")
-            continue
-        problems += [f"config.{section}.{k} is missing" for k in keys if k not in sec]
+    problems += config_problems(cfg, _CONFIG_KEYS25)
     if problems:
         raise EngineMismatchError(f"{folder / 'manifest.json'}: " + "; ".join(problems))
     layers = int(cfg["gpt"]["layers"])

@@ -21,14 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from fasttts_cli.backends.onnxruntime.session import Session, SessionOptions
+from fasttts_cli.backends.onnxruntime.session import SessionOptions
 from fasttts_cli.errors import EngineMismatchError
 from fasttts_cli.indextts2 import decode as dec
 from fasttts_cli.indextts2 import features as feat
-from fasttts_cli.indextts2.components import LENGTH_REGULATOR, resolve_preset
+from fasttts_cli.indextts2.components import LENGTH_REGULATOR
 from fasttts_cli.indextts2.engine import IndexTTS2Engine, _pad_stack
 from fasttts_cli.indextts2.folder_sessions import FolderSessions
-from fasttts_cli.indextts2.voice import VoiceConditioning
 from fasttts_cli.indextts25.components import (
     CODEC_DECODE,
     COMPONENTS25,
@@ -40,7 +39,7 @@ from fasttts_cli.indextts25.components import (
     check_manifest25,
     io_matches25,
 )
-from fasttts_cli.spec.engine_folder import Manifest, read_manifest
+from fasttts_cli.spec.engine_folder import Manifest
 from fasttts_cli.spec.presets import Preset
 
 MAX_SEGMENT_TOKENS = 120  # infer_v2_5's max_text_tokens_per_segment default
@@ -82,21 +81,11 @@ class IndexTTS25Engine(IndexTTS2Engine):
         self._spk_proj: tuple[np.ndarray, np.ndarray] | None = None
         self._lang: np.ndarray | None = None
 
-    @classmethod
-    def load(
-        cls,
-        engine_dir: Path | str,
-        preset: Preset | str | Path | None = None,
-        threads: int | None = None,
-    ) -> IndexTTS25Engine:
-        folder = Path(engine_dir)
-        manifest = read_manifest(folder, expect_model=MODEL_ID25)
-        check_manifest25(manifest, folder)
-        p = resolve_preset(manifest, preset, folder)
-        return cls(folder, manifest, p, SessionOptions(threads=threads))
+    model_id = MODEL_ID25
 
-    def session(self, name: str) -> Session:
-        return self.sessions.get(name)
+    @staticmethod
+    def check(manifest: Manifest, folder: Path) -> None:
+        check_manifest25(manifest, folder)
 
     @property
     def text(self) -> Any:
@@ -146,25 +135,11 @@ class IndexTTS25Engine(IndexTTS2Engine):
             mel = self.ref_mel(audio.audio_22k)
             return spk_cond_emb, mel, self.length_regulator(spk_cond_emb, mel.shape[1])
 
-    def voice_conditioning(
-        self,
-        speaker: feat.SpeakerAudio,
-        emotion_16k: np.ndarray,
-        *,
-        alpha: float = 1.0,
-        vector: Sequence[float] | None = None,
-    ) -> VoiceConditioning:
-        """v2's flow without the speaker conditioner: `spk_latents` is the (1, D) speaker row from the
-        style; emotion blends and the emotion-vector mode as in v2."""
-        blend = 1.0 if vector is not None else alpha
-        side = self._side_chain(emotion_16k, speaker.audio_16k) if self.voice_chains_side_by_side else None
-        spk = self.w2v_bert(speaker.audio_16k)
-        _, mel, prompt = self._prompt_features(speaker, spk)
-        emo_vec, style = side.result() if side else self._side_work(emotion_16k, speaker.audio_16k)
-        emovec = self._merge_emovec(emo_vec, spk, blend)
-        if vector is not None:
-            emovec = self.emotion_vector_mode(style, vector, emovec, alpha)
-        return VoiceConditioning(self.speaker_vector(style), emovec, style, mel, prompt)
+    def _speaker_latents(self, spk_cond_emb: np.ndarray) -> np.ndarray | None:
+        return None  # no speaker conditioner: the row is the style's (`_speaker_rows`)
+
+    def _speaker_rows(self, latents: np.ndarray | None, style: np.ndarray) -> np.ndarray:
+        return self.speaker_vector(style)
 
     # ------------------------------------------------------------------------------- GPT
 

@@ -16,11 +16,9 @@ from fasttts_cli.errors import UsageError
 from fasttts_cli.indextts2.line_options import line_options
 from fasttts_cli.indextts2.synthesizer import IndexTTS2Synthesizer, _Segment
 from fasttts_cli.indextts2.voice import VoiceConditioning
-from fasttts_cli.indextts2.voice_cache import VoiceCache
 from fasttts_cli.indextts25.components import MODEL_ID25
 from fasttts_cli.indextts25.engine import IndexTTS25Engine, load_text_front_end25
 from fasttts_cli.spec.engine_folder import read_manifest
-from fasttts_cli.spec.presets import Preset
 from fasttts_cli.synth import synthesizer as contract
 
 COUNT_LANGUAGE = "en"  # token counts for estimates: the prefix costs the same in every language
@@ -34,19 +32,9 @@ class IndexTTS25Synthesizer(IndexTTS2Synthesizer):
     languages = ("zh", "en", "ja", "es", "ar")  # what the 2.5 release was trained on
     needs_language = True
 
-    engine: IndexTTS25Engine
+    engine: IndexTTS25Engine  # type: ignore[assignment]
 
-    @classmethod
-    def load(
-        cls,
-        path: Path | str,
-        preset: Preset | str | Path | None = None,
-        *,
-        threads: int | None = None,
-        cache_dir: Path | str | None = None,
-    ) -> IndexTTS25Synthesizer:
-        engine = IndexTTS25Engine.load(path, preset, threads)
-        return cls(engine, VoiceCache(cache_dir) if cache_dir is not None else None)
+    engine_class = IndexTTS25Engine
 
     @classmethod
     def tokenizer_counter(cls, path: Path | str) -> Callable[[str], int]:
