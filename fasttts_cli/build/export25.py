@@ -36,23 +36,19 @@ from fasttts_cli.build.graphs import (
 from fasttts_cli.build.host_files import model_constants, stat_arrays
 from fasttts_cli.build.onnx_io import staged_folder
 from fasttts_cli.errors import UsageError
+from fasttts_cli.indextts25.components import (
+    CODEC_DECODE,
+    CODEC_DECODE_IO,
+    MODEL_ID25,
+    SPK_PROJ_BIAS,
+    SPK_PROJ_WEIGHT,
+    TABLES25,
+    TOKENIZER,
+)
 from fasttts_cli.nets.checkpoint25 import IndexTTS25Modules, load_checkpoint25
 from fasttts_cli.nets.codec_enhanced import UPSAMPLE
-from fasttts_cli.nets.release_layout25 import MODEL_V25
 from fasttts_cli.nets.tiktoken_ranks import TOKENIZER_FILE
 from fasttts_cli.spec.presets import Preset, load_preset
-
-MODEL_ID25 = MODEL_V25  # the manifest's model_id
-CODEC_DECODE = "codec_decode"
-# host tables: file name -> UnifiedVoice25 tensor (indextts25.components reads the same names)
-TABLES25 = {
-    "gpt_text_embedding.npy": "text_embedding",
-    "gpt_text_pos_embedding.npy": "text_pos",
-    "gpt_mel_embedding.npy": "mel_embedding",
-    "gpt_mel_pos_embedding.npy": "mel_pos",
-    "gpt_lang_embedding.npy": "lang_embedding",
-}
-SPK_PROJ_WEIGHT, SPK_PROJ_BIAS = "gpt_spk_emb_proj_weight.npy", "gpt_spk_emb_proj_bias.npy"
 
 
 class _CodecDecode(nn.Module):
@@ -78,8 +74,8 @@ def codec_decode_spec(codec: nn.Module) -> GraphSpec:
         "codec",
         _CodecDecode(codec),
         dec_in,
-        ["codes", "code_lens"],
-        ["s_infer"],
+        list(CODEC_DECODE_IO[0]),
+        list(CODEC_DECODE_IO[1]),
         {"codes": {0: "batch", 1: "time"}, "code_lens": {0: "batch"}, "s_infer": {0: "batch", 1: "frames"}},
     )
 
@@ -103,11 +99,13 @@ def engine_specs25(m: IndexTTS25Modules, preset: Preset) -> list[GraphSpec]:
 
 
 def host_arrays25(m: IndexTTS25Modules) -> dict[str, np.ndarray]:
+    """File name -> array of every table the 2.5 runtime applies on the host (indextts25.components'
+    names: the GPT's tables, the language rows, spk_emb_proj)."""
     tables = m.gpt.host_tables()
-    out = {f: tables[k].numpy().copy() for f, k in TABLES25.items()}
+    out = {f"{key}.npy": tables[k].numpy().copy() for k, key in TABLES25.items()}
     proj = m.gpt.spk_emb_proj
-    out[SPK_PROJ_WEIGHT] = proj.weight.detach().float().numpy().copy()  # (D, style_dim)
-    out[SPK_PROJ_BIAS] = proj.bias.detach().float().numpy().copy()
+    out[f"{SPK_PROJ_WEIGHT}.npy"] = proj.weight.detach().float().numpy().copy()  # (D, style_dim)
+    out[f"{SPK_PROJ_BIAS}.npy"] = proj.bias.detach().float().numpy().copy()
     return {**out, **stat_arrays(m)}
 
 
@@ -161,6 +159,6 @@ def build_engine25(
         if trt_info:
             constants["tensorrt"] = trt_info
         say("hashing checkpoint")
-        copies = {"tokenizer": (m.tokenizer, TOKENIZER_FILE)}
+        copies = {TOKENIZER: (m.tokenizer, TOKENIZER_FILE)}
         write_folder(tmp, MODEL_ID25, m, preset, entries, constants, arrays, copies)
     return out
