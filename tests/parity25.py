@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from tests.parity import CACHE, REPO
+from tests.parity import CACHE, REPO, rel
 
 TOOLS25 = REPO / "tools" / "parity25"
 SPEC_FILE = "keys25.json"
@@ -69,6 +69,13 @@ class Parity25Case:
 def df_tag(df: float) -> str:
     """The oracle's key suffix of a duration factor: 1.0 -> df1p0, 1.37 -> df1p37."""
     return "df" + str(float(df)).replace(".", "p")
+
+
+def voice_file(case: Parity25Case, ckpt: Path, entry: str) -> Path:
+    """A voice the sidecar names ("ref.wav", or "ref.wav (default)" for the emotion audio): the copy in the
+    checkpoint, else the one in the spec folder."""
+    name = entry.split(" ")[0]
+    return ckpt / name if (ckpt / name).is_file() else case.spec_folder() / name
 
 
 def load_case25(npz: Path) -> Parity25Case:
@@ -132,8 +139,6 @@ def need(case: Parity25Case, *keys: str) -> None:
 
 def check(case: Parity25Case, key: str, got: Any, tol: float = 1e-4) -> float:
     """got (a tensor or array of the stored shape, or one more/less leading 1) vs case[key], rel < tol."""
-    from tests.parity import rel
-
     need(case, key)
     want = case[key]
     a = got.detach().cpu().numpy() if hasattr(got, "detach") else np.asarray(got)

@@ -22,7 +22,7 @@ from fasttts_cli.nets.release_layout25 import TOKENIZER_FILE  # noqa: E402
 from fasttts_cli.nets.s2mel25 import S2MEL25_EXTRAS, prompt_condition25  # noqa: E402
 from fasttts_cli.nets.weights import torch_load  # noqa: E402
 from tests.parity import rel  # noqa: E402
-from tests.parity25 import Parity25Case, check, need, tensor  # noqa: E402
+from tests.parity25 import Parity25Case, check, need, tensor, voice_file  # noqa: E402
 
 pytestmark = pytest.mark.parity25
 HAS_FUGASHI = importlib.util.find_spec("fugashi") is not None
@@ -96,7 +96,7 @@ def test_loader_is_strict_with_known_extras_only(parity25_case: Parity25Case, pa
 def test_stage_1_1_speaker_audio(parity25_case: Parity25Case, parity25_checkpoint: Path) -> None:
     c = parity25_case
     need(c, "audio_native", "audio_native_sr", "audio_22k", "audio_16k")
-    path = parity25_checkpoint / c.case["speaker_wav"]
+    path = voice_file(c, parity25_checkpoint, c.case["speaker_wav"])
     # 2.5's _load_and_cut_audio is librosa.load(path) with its default sr: soxr to 22.05 kHz, as v2
     sr = int(c["audio_native_sr"])
     assert sr == features.SR_MEL
@@ -138,8 +138,8 @@ def test_stage_1_6_campplus_fbank(parity25_case: Parity25Case) -> None:
 def test_stage_1_8_emotion_audio(parity25_case: Parity25Case, parity25_checkpoint: Path) -> None:
     c = parity25_case
     # the main case has no emotion audio of its own: the speaker's is read again at 16 kHz
-    wav = c.case["emotion_wav"].split(" ")[0]
-    check(c, "audio_emo_16k", features.load_emotion_audio(parity25_checkpoint / wav))
+    path = voice_file(c, parity25_checkpoint, c.case["emotion_wav"])
+    check(c, "audio_emo_16k", features.load_emotion_audio(path))
 
 
 # ------------------------------------------------------------------------------------ torch stages
