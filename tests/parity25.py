@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from tests.parity import CACHE, REPO, rel
+from tests.parity import CACHE, REPO, ParityCase, rel
 
 TOOLS25 = REPO / "tools" / "parity25"
 SPEC_FILE = "keys25.json"
@@ -34,21 +34,12 @@ def parity25_dir() -> Path:
 
 
 @dataclass
-class Parity25Case:
-    name: str
-    arrays: dict[str, np.ndarray]
-    sidecar: dict[str, Any]
-    folder: Path
-
-    def __getitem__(self, key: str) -> np.ndarray:
-        return self.arrays[key]
-
-    def __contains__(self, key: str) -> bool:
-        return key in self.arrays
+class Parity25Case(ParityCase):
+    """One 2.5 vector set; the sidecar format of tools/parity25 (`checkpoint_seed`, `checks`, `stages`)."""
 
     @property
-    def case(self) -> dict[str, Any]:
-        return self.sidecar["case"]
+    def weight_seed(self) -> int:
+        return int(self.sidecar["checkpoint_seed"])
 
     @property
     def main(self) -> dict[str, Any]:
@@ -90,7 +81,7 @@ def checkpoint25_for(case: Parity25Case) -> Path:
     2.5 checkpoint the case's vectors were made on, and check its digest."""
     spec = case.spec_folder()
     generator = spec / GENERATOR if (spec / GENERATOR).is_file() else TOOLS25 / GENERATOR
-    seed = int(case.sidecar["checkpoint_seed"])
+    seed = case.weight_seed
     spec_id = hashlib.sha256((spec / SPEC_FILE).read_bytes()).hexdigest()[:12]
     CACHE.mkdir(parents=True, exist_ok=True)
     out = CACHE / f"parity25-ckpt-seed{seed}-{spec_id}"

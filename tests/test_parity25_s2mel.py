@@ -125,19 +125,11 @@ def test_stage_4_4_cfm_with_the_stored_noise(parity25_case: Parity25Case, parity
 @torch.no_grad()
 def test_stage_4_5_dit_calls(parity25_case: Parity25Case, parity25_modules) -> None:
     c, est = parity25_case, parity25_modules.s2mel.cfm.estimator
-    need(
-        c,
-        "dit_in_x",
-        "dit_in_prompt_x",
-        "dit_in_x_lens",
-        "dit_in_t",
-        "dit_in_style",
-        "dit_in_cond",
-        "dit_out",
-    )
-    fixed = [tensor(c, k) for k in ("dit_in_prompt_x", "dit_in_x_lens")]
-    style, cond = tensor(c, "dit_in_style"), tensor(c, "dit_in_cond")
-    check(c, "dit_out", est(tensor(c, "dit_in_x"), *fixed, tensor(c, "dit_in_t"), style, cond))
+    inputs = [f"dit_in_{k}" for k in ("x", "prompt_x", "x_lens", "t", "style", "cond")]
+    need(c, *inputs, "dit_out")  # the first call, in the estimator's argument order
+    x, prompt_x, x_lens, t0, style, cond = (tensor(c, k) for k in inputs)
+    fixed = [prompt_x, x_lens]
+    check(c, "dit_out", est(x, *fixed, t0, style, cond))
     steps = sorted(
         {int(k[len("dit_step") :].split("_")[0]) for k in c.keys_of("4.5") if k.startswith("dit_step")}
     )
