@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from tests.parity import ParityCase, checkpoint_for, load_cases, parity_dir
+from tests.parity25 import Parity25Case, checkpoint25_for, load_case25, modules25, parity25_dir
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 
@@ -16,6 +17,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         folder = parity_dir()
         names = [p.stem for p in sorted(folder.glob("vectors_*.npz"))] if folder.is_dir() else []
         metafunc.parametrize("parity_case", names or ["<missing>"], indirect=True)
+    # and any test taking `parity25_case` once per 2.5 vector set in $FASTTTS_PARITY25_DIR
+    if "parity25_case" in metafunc.fixturenames:
+        folder = parity25_dir()
+        names = [p.stem for p in sorted(folder.glob("vectors25_*.npz"))] if folder.is_dir() else []
+        metafunc.parametrize("parity25_case", names or ["<missing>"], indirect=True, scope="session")
 
 
 _CASES: dict[str, ParityCase] = {}
@@ -35,6 +41,26 @@ def parity_checkpoint(parity_case: ParityCase) -> Path:
     if not HAS_TORCH:
         pytest.skip("torch is not installed (the `build` extra); it is needed to regenerate the checkpoint")
     return checkpoint_for(parity_case.weight_seed)
+
+
+@pytest.fixture(scope="session")
+def parity25_case(request: pytest.FixtureRequest) -> Parity25Case:
+    if request.param == "<missing>":
+        pytest.skip(f"no 2.5 parity vectors in {parity25_dir()} (set FASTTTS_PARITY25_DIR)")
+    return load_case25(parity25_dir() / f"{request.param}.npz")
+
+
+@pytest.fixture(scope="session")
+def parity25_checkpoint(parity25_case: Parity25Case) -> Path:
+    """The case's random 2.5 checkpoint, regenerated once per session into tests/.cache (and kept there)."""
+    if not HAS_TORCH:
+        pytest.skip("torch is not installed (the `build` extra); it is needed to regenerate the checkpoint")
+    return checkpoint25_for(parity25_case)
+
+
+@pytest.fixture(scope="session")
+def parity25_modules(parity25_checkpoint: Path):  # -> nets.checkpoint25.IndexTTS25Modules
+    return modules25(parity25_checkpoint)
 
 
 def _has_cuda() -> bool:

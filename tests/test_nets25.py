@@ -53,8 +53,12 @@ def test_prefix_has_l_plus_5_rows_two_zero_slots_and_the_language_row(m25: Index
         spk = gpt.speaker_vector(style)
         p_en = gpt.prefix_embeddings(spk, emovec, ids, EN)
         p_zh = gpt.prefix_embeddings(spk, emovec, ids, torch.tensor([ZH]))
-    e = p_en.embeds[0]
-    assert e.shape == (big_l + 5, c.model_dim) and int(p_en.lengths[0]) == big_l + 5 and c.n_conds == 3
+    # the original's width: every stripped id is a masked zero row on the left
+    n_pad = ids.shape[1] - big_l
+    assert p_en.embeds.shape == (1, ids.shape[1] + 5, c.model_dim) and c.n_conds == 3
+    assert p_en.mask[0].tolist() == [0] * n_pad + [1] * (big_l + 5) and int(p_en.lengths[0]) == big_l + 5
+    assert torch.count_nonzero(p_en.embeds[0, :n_pad]) == 0
+    e = p_en.embeds[0, n_pad:]
     assert torch.equal(e[0], (gpt.spk_emb_proj(style) + emovec)[0])
     assert torch.count_nonzero(e[1:3]) == 0  # the two slots v2 filled with speed_emb
     full = torch.cat([torch.tensor([c.start_text_token]), kept, torch.tensor([c.stop_text_token])])
@@ -63,7 +67,7 @@ def test_prefix_has_l_plus_5_rows_two_zero_slots_and_the_language_row(m25: Index
         want = want + gpt.lang_embedding.weight[EN]
     assert torch.equal(e[3:], want)
     # the language row is in every text row (start and stop included) and nowhere else
-    diff = p_zh.embeds[0] - e
+    diff = p_zh.embeds[0, n_pad:] - e
     assert torch.count_nonzero(diff[:3]) == 0
     lang_delta = gpt.lang_embedding.weight[ZH] - gpt.lang_embedding.weight[EN]
     assert torch.allclose(diff[3:], lang_delta.expand(big_l + 2, -1), atol=1e-6)

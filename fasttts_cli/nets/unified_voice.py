@@ -162,9 +162,10 @@ class UnifiedVoiceCore(nn.Module):
         text_ids: torch.Tensor,
         text_lengths: torch.Tensor | None,
         text_rows: Callable[[int, torch.Tensor], torch.Tensor],
+        width: int = 0,
     ) -> Prefix:
         """Stage 3.4, batched: row b = [conds_b | text_rows(b, ids_b)], left-padded with zero vectors to the
-        longest row.
+        longest row, or to `width` rows if that is more.
 
         text_ids (B, L); a row's ids are its first text_lengths[b] entries (all when None), with any
         start/stop text token dropped as the original does, so padding with the stop id also works.
@@ -175,7 +176,7 @@ class UnifiedVoiceCore(nn.Module):
             ids = text_ids[b] if text_lengths is None else text_ids[b, : int(text_lengths[b])]
             ids = ids[(ids != c.start_text_token) & (ids != c.stop_text_token)].long()
             rows.append(torch.cat([conds[b], text_rows(b, ids)], dim=0))
-        p = max(r.shape[0] for r in rows)
+        p = max(width, *(r.shape[0] for r in rows))
         embeds = conds.new_zeros(len(rows), p, c.model_dim)
         mask = torch.zeros(len(rows), p, dtype=torch.long, device=conds.device)
         for b, r in enumerate(rows):

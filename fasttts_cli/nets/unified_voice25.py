@@ -7,7 +7,8 @@ state dict drops `conditioning_encoder.*`, `perceiver_encoder.*` and `speed_emb.
 `UnifiedVoiceCore`, shared with the v2 model.
 
 Prefix (P = L + 5 rows): [spk_emb_proj(style) + emovec | 0 | 0 | text_emb + text_pos + lang_row (L+2)],
-the language row added to every text row, start and stop included, and to nothing else. Codes are 25 Hz;
+the language row added to every text row, start and stop included, and to nothing else; L counts the ids
+given, so each start/stop id the original strips is a masked zero row on the left. Codes are 25 Hz;
 there is no teacher-forced latent pass in 2.5, so this class has none.
 """
 
@@ -65,13 +66,21 @@ class UnifiedVoice25(UnifiedVoiceCore):
         text_lengths: torch.Tensor | None = None,
     ) -> Prefix:
         """Stage 3.4 for 2.5, batched like v2's (`UnifiedVoiceCore._prefix`): row b =
-        [spk_vec_b + emovec_b | 0 | 0 | text rows with lang row langs[b]]. langs (B,) or one index."""
+        [spk_vec_b + emovec_b | 0 | 0 | text rows with lang row langs[b]]. langs (B,) or one index.
+
+        The prefix is n_conds + L + 2 rows wide for text_ids (B, L), as the original's
+        `prepare_gpt_inputs` makes it: each start/stop id it strips (2.5's segments end in the stop id 1, and
+        a stand-alone '!' is id 0) becomes one more masked zero row on the left. `lengths` counts the rest."""
         conds = self.conds_latent(spk_vec, emovec)
         lang = torch.as_tensor(langs, dtype=torch.long).reshape(-1)
         if lang.numel() == 1:
             lang = lang.expand(text_ids.shape[0])
         return self._prefix(
-            conds, text_ids, text_lengths, lambda b, ids: self.text_embeddings25(ids, lang[b])
+            conds,
+            text_ids,
+            text_lengths,
+            lambda b, ids: self.text_embeddings25(ids, lang[b]),
+            width=conds.shape[1] + text_ids.shape[1] + 2,
         )
 
     def host_tables(self) -> dict[str, torch.Tensor]:
