@@ -34,6 +34,7 @@ def spoken_language(synth: Any, lang: str, *, flag: str = "--lang") -> str | Non
     if speaks and one not in speaks:
         raise UsageError(
             f"{flag} {lang}: {what} cannot speak it; its model speaks {', '.join(speaks)}",
-            hint="use an engine whose model speaks the script's language (IndexTTS-2.5 adds ja, es, ar)",
+            hint="use an engine whose model speaks the script's language"
+            + ("" if "ja" in speaks else " (an IndexTTS-2.5 engine also speaks ja, es, ar)"),
         )
     return one
