@@ -16,10 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fasttts_cli.indextts2.engine import CFMInputs, euler_times
 from fasttts_cli.indextts25.engine import IndexTTS25Engine
 from tests.conftest_engine import *  # noqa: F403 (fixtures)
-from tests.parity import rel
+from tests.parity import rel, stored_cfm_inputs, stored_front_outputs
 from tests.parity25 import Parity25Case, check, df_tag, voice_file
 
 pytestmark = pytest.mark.parity25
@@ -61,12 +60,8 @@ def _int16(wav: np.ndarray) -> np.ndarray:
 
 def test_voice_stages_from_the_stored_inputs(engine: IndexTTS25Engine, parity25_case: Parity25Case) -> None:
     c = parity25_case
-    out = engine.session("w2v_bert").run(
-        ["spk_cond_emb"],
-        {"input_features": c["w2v_input_features"], "attention_mask": c["w2v_attention_mask"]},
-    )["spk_cond_emb"]
-    check(c, "spk_cond_emb", out, TOL)
-    style = engine.session("campplus").run(["style"], {"fbank": c["campplus_fbank"][None]})["style"]
+    spk, style = stored_front_outputs(engine, c)
+    check(c, "spk_cond_emb", spk, TOL)
     check(c, "campplus_style", style, TOL)
     check(c, "gpt_spk_vec", engine.speaker_vector(c["campplus_style"]), TOL)
     # 2.5's prompt condition: the length regulator on the continuous features, to the prompt mel's frames
@@ -170,17 +165,7 @@ def test_cfm_with_the_stored_noise_and_the_vocoder(
     cond, ylens = engine.s2mel_content([], [c["gpt_forced_codes"]])
     cat = np.concatenate([c["prompt_condition"][0], cond[0, : int(ylens[0])]])[None]
     check(c, "s2mel_cat_condition", cat, TOL)
-    steps = _steps(c)
-    assert euler_times(steps).size == steps + 1
-    cat = c["s2mel_cat_condition"]
-    inp = CFMInputs(
-        cat_condition=cat,
-        x_lens=np.array([cat.shape[1]]),
-        prompt=c["refmel"],
-        prompt_lens=np.array([tm]),
-        style=c["campplus_style"],
-    )
-    x = engine.cfm(inp, c["cfm_z"], steps=steps, cfg_rate=CFG_RATE)
+    x = engine.cfm(stored_cfm_inputs(c), c["cfm_z"], steps=_steps(c), cfg_rate=CFG_RATE)
     check(c, "cfm_out_full", x, TOL)
     check(c, "cfm_mel", x[:, :, tm:], TOL)
     (wav,) = engine.vocode([c["cfm_mel"][0]])
