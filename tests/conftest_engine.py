@@ -12,6 +12,7 @@ import importlib.util
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -118,3 +119,34 @@ def parity_engine_dir(parity_case: ParityCase) -> Path:
     if not HAS_TORCH:
         pytest.skip("torch (the `build` extra) is needed to build the parity engine")
     return parity_engine_for(parity_case)
+
+
+def parity25_engine_for(case: Any, ckpt: Path) -> Path:
+    """The 2.5 parity checkpoint's cpu-fp32 engine, built once into tests/.cache per checkpoint digest
+    (file lock for parallel runs; a folder this runtime no longer drives is rebuilt)."""
+    from fasttts_cli.errors import FastTTSError
+    from fasttts_cli.indextts25.components import check_manifest25
+    from fasttts_cli.spec.engine_folder import read_manifest
+
+    digest = str(case.sidecar["checkpoint_digest"])[:16]
+    out = CACHE / f"parity25-engine-{digest}"
+    with open(CACHE / f"{out.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        stamp = out / "built-from.txt"
+        try:
+            current = stamp.is_file() and stamp.read_text() == digest
+            if current:
+                check_manifest25(read_manifest(out), out)
+        except FastTTSError:
+            current = False
+        if not current:
+            if out.exists():
+                shutil.rmtree(out)
+            _build(ckpt, out)
+            stamp.write_text(digest)
+    return out
+
+
+@pytest.fixture(scope="session")
+def parity25_engine_dir(parity25_case: Any, parity25_checkpoint: Path) -> Path:
+    return parity25_engine_for(parity25_case, parity25_checkpoint)

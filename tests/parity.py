@@ -92,3 +92,29 @@ def checkpoint_for(seed: int, folder: Path | None = None) -> Path:
                 stdout=subprocess.DEVNULL,
             )
     return out
+
+
+def stored_front_outputs(engine: Any, case: ParityCase) -> tuple[np.ndarray, np.ndarray]:
+    """(spk_cond_emb, style): the engine's w2v-BERT and CAMPPlus sessions on a vector set's stored
+    features (the same keys in the v2 and 2.5 sets)."""
+    spk = engine.session("w2v_bert").run(
+        ["spk_cond_emb"],
+        {"input_features": case["w2v_input_features"], "attention_mask": case["w2v_attention_mask"]},
+    )["spk_cond_emb"]
+    style = engine.session("campplus").run(["style"], {"fbank": case["campplus_fbank"][None]})["style"]
+    return spk, style
+
+
+def stored_cfm_inputs(case: ParityCase) -> Any:
+    """The CFM's inputs (indextts2.engine.CFMInputs) from a vector set's stored condition, prompt mel
+    and style, one row (the same keys in the v2 and 2.5 sets)."""
+    from fasttts_cli.indextts2.engine import CFMInputs
+
+    cat = case["s2mel_cat_condition"]
+    return CFMInputs(
+        cat_condition=cat,
+        x_lens=np.array([cat.shape[1]]),
+        prompt=case["refmel"],
+        prompt_lens=np.array([case["refmel"].shape[-1]]),
+        style=case["campplus_style"],
+    )

@@ -21,18 +21,23 @@ TEXT = "hola mundo"  # one text for every language: what differs is the language
 
 
 @pytest.fixture(scope="session")
-def engine25_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def checkpoint25_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if not HAS_TORCH:
         pytest.skip("torch (the `build` extra) is needed to write and build the tiny 2.5 checkpoint")
     import torch
 
-    from fasttts_cli.build.export import build_engine
     from fasttts_cli.build.tiny import write_tiny_checkpoint25
 
     torch.set_num_threads(1)
-    root = tmp_path_factory.mktemp("tiny25")
-    ckpt = write_tiny_checkpoint25(root / "ckpt", stop_bias=0.0)
-    return build_engine(ckpt, "cpu-fp32", root / "engine", overwrite=True)  # detects 2.5 by itself
+    return write_tiny_checkpoint25(tmp_path_factory.mktemp("tiny25") / "ckpt", stop_bias=0.0)
+
+
+@pytest.fixture(scope="session")
+def engine25_dir(checkpoint25_dir: Path) -> Path:
+    from fasttts_cli.build.export import build_engine
+
+    out = checkpoint25_dir.parent / "engine"
+    return build_engine(checkpoint25_dir, "cpu-fp32", out, overwrite=True)  # detects 2.5 by itself
 
 
 @pytest.fixture(scope="session")
@@ -172,3 +177,64 @@ def test_the_cli_speaks_japanese(
     assert r["engine"]["kind"] == "indextts2.5"
     audio, sr = sf.read(str(out))
     assert sr == 22050 and audio.size > 0
+
+
+# ------------------------------------------------------------------------------------ integer presets
+
+# preset -> the GPT trunk's MatMulNBits bits; both presets run the DiT, w2v-BERT and the emotion
+# conditioner in dynamic int8 and keep the codec decode, the length regulator and BigVGAN fp32
+INTEGER_PRESETS = {"cpu-int8": 8, "cpu-int4": 4}
+
+
+@pytest.mark.parametrize("preset", sorted(INTEGER_PRESETS))
+def test_fasttts_build_an_integer_preset_and_it_speaks(
+    capsys: pytest.CaptureFixture[str], checkpoint25_dir: Path, voice25: Path, tmp_path: Path, preset: str
+) -> None:
+    from fasttts_cli.build.quantize import count_ops
+    from fasttts_cli.indextts25.synthesizer import IndexTTS25Synthesizer
+    from fasttts_cli.spec.engine_folder import read_manifest
+
+    out = tmp_path / "engine"
+    argv = ["build", "--checkpoint", str(checkpoint25_dir), "--preset", preset, "--out", str(out), "--json"]
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    r = json.loads(capsys.readouterr().out)
+    assert int(e.value.code) == 0 and r["ok"], r
+    m = read_manifest(out)
+    assert m.model_id == "indextts2.5" and m.preset == preset
+    prec = {n: c.precision for n, c in m.components.items()}
+    assert prec["gpt_trunk"] == preset.removeprefix("cpu-")
+    assert count_ops(out / m.components["gpt_trunk"].file).get("MatMulNBits", 0) > 0
+    for name in ("w2v_bert", "emotion_conditioner", "dit_cfg_step"):
+        assert prec[name] == "int8", name
+        assert count_ops(out / m.components[name].file).get("MatMulInteger", 0) > 0, name
+    for name in ("codec_decode", "length_regulator", "bigvgan", "campplus"):
+        assert prec[name] == "fp32", name
+    synth = IndexTTS25Synthesizer.load(out, threads=1)
+    try:
+        reqs = _requests(synth, voice25, ["es", "ja"])
+        res = synth.synthesize(reqs)
+        assert all(x.ok for x in res), [x.error for x in res]
+        for x in res:
+            assert x.audio.size == int(2 * TOKENS * 1.72) * synth.hop and np.isfinite(x.audio).all()
+            assert np.abs(x.audio).max() > 0
+    finally:
+        synth.close()
+
+
+def test_convert_engine_derives_the_integer_presets_from_the_fp32_2_5_engine(
+    engine25_dir: Path, voice25: Path, tmp_path: Path
+) -> None:
+    from fasttts_cli.build.quantize import convert_engine
+    from fasttts_cli.indextts25.synthesizer import IndexTTS25Synthesizer
+    from fasttts_cli.spec.presets import load_preset
+
+    out = convert_engine(engine25_dir, tmp_path / "int8", load_preset("cpu-int8"))
+    synth = IndexTTS25Synthesizer.load(out, threads=1)
+    try:
+        assert synth.engine.manifest.components["codec_decode"].precision == "fp32"
+        (res,) = synth.synthesize(_requests(synth, voice25, ["ar"]))
+        assert res.ok, res.error
+        assert res.audio.size == int(2 * TOKENS * 1.72) * synth.hop and np.isfinite(res.audio).all()
+    finally:
+        synth.close()

@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fasttts_cli.indextts2.engine import CFMInputs, IndexTTS2Engine, euler_times
+from fasttts_cli.indextts2.engine import IndexTTS2Engine, euler_times
 from fasttts_cli.indextts2.synthesizer import IndexTTS2Synthesizer
 from fasttts_cli.synth.synthesizer import EmotionSpec
 from tests.conftest_engine import *  # noqa: F403 (fixtures)
-from tests.parity import ParityCase, rel
+from tests.parity import ParityCase, rel, stored_cfm_inputs, stored_front_outputs
 
 pytestmark = pytest.mark.parity
 TOL = 1e-4
@@ -31,15 +31,11 @@ def engine(parity_engine_dir: Path) -> IndexTTS2Engine:
 
 def test_audio_front_stages(engine: IndexTTS2Engine, parity_case: ParityCase) -> None:
     v = parity_case
-    out = engine.session("w2v_bert").run(
-        ["spk_cond_emb"],
-        {"input_features": v["w2v_input_features"], "attention_mask": v["w2v_attention_mask"]},
-    )["spk_cond_emb"]
+    out, style = stored_front_outputs(engine, v)
     assert rel(out, v["spk_cond_emb"]) < TOL
     idx, s_ref = engine.codec_quantize(v["spk_cond_emb"][0])
     np.testing.assert_array_equal(idx, v["codec_ref_indices"][0])
     assert rel(s_ref, v["codec_S_ref"][0]) < TOL
-    style = engine.session("campplus").run(["style"], {"fbank": v["campplus_fbank"][None]})["style"]
     assert rel(style, v["campplus_style"]) < TOL
     prompt = engine.length_regulator(v["codec_S_ref"][0], v["refmel"].shape[-1])
     assert rel(prompt, v["prompt_condition"][0]) < TOL
@@ -71,16 +67,8 @@ def test_latent_s2mel_cfm_vocoder(engine: IndexTTS2Engine, parity_case: ParityCa
     np.testing.assert_array_equal(ylens, v["s2mel_target_len"])
     assert rel(cond, v["s2mel_cond"]) < TOL
     tm = v["refmel"].shape[-1]
-    cat = v["s2mel_cat_condition"]
     np.testing.assert_array_equal(euler_times(25), v["cfm_t_span"])
-    inp = CFMInputs(
-        cat_condition=cat,
-        x_lens=np.array([cat.shape[1]]),
-        prompt=v["refmel"],
-        prompt_lens=np.array([tm]),
-        style=v["campplus_style"],
-    )
-    x = engine.cfm(inp, v["cfm_z"], steps=25, cfg_rate=float(v["cfm_inference_cfg_rate"]))
+    x = engine.cfm(stored_cfm_inputs(v), v["cfm_z"], steps=25, cfg_rate=float(v["cfm_inference_cfg_rate"]))
     assert rel(x, v["cfm_out_full"]) < TOL
     assert rel(x[:, :, tm:], v["cfm_mel"]) < TOL
     (wav,) = engine.vocode([v["cfm_mel"][0]])

@@ -342,6 +342,7 @@ GRAPH_GROUPS = {
     "w2v_bert": "w2v_bert",
     "codec_quantize": "codec",
     "codec_vq2emb": "codec",
+    "codec_decode": "codec",  # IndexTTS-2.5
     "campplus": "campplus",
     "speaker_conditioner": "conditioners",
     "emotion_conditioner": "conditioners",
