@@ -73,6 +73,9 @@ def load_case25(npz: Path) -> Parity25Case:
     side = json.loads(npz.with_suffix(".json").read_text(encoding="utf-8"))
     with np.load(npz, allow_pickle=False) as z:
         arrays = {k: z[k] for k in z.files}
+    if side.get("base"):  # a delta set: what it does not change is the base's, bit for bit
+        with np.load(npz.parent / side["base"], allow_pickle=False) as z:
+            arrays.update({k: z[k] for k in side["same_as_base"] if k not in arrays})
     return Parity25Case(npz.stem, arrays, side, npz.parent)
 
 

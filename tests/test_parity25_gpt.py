@@ -1,16 +1,23 @@
 """IndexTTS-2.5's GPT (UnifiedVoice25, campplus mode) against the original's vectors: the emotion chain
-(3.1), the speaker vector (3.2), the language row, conds latent, text embedding and prefix with its
-attention mask (3.4), and the forced-code generation logits (3.5). fp32 rel < 1e-4, integers exact; every
-size from the vectors."""
+(3.1), the speaker vector (3.2), the emotion-vector mode (3.3), the language row, conds latent, text
+embedding and prefix with its attention mask (3.4), the forced-code generation logits (3.5) and the
+logits-processor scores on them (3.6). fp32 rel < 1e-4, integers exact; every size from the vectors."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+yaml = pytest.importorskip("yaml")
 
+from fasttts_cli.indextts2 import emotion  # noqa: E402
+from fasttts_cli.indextts2.sampling import SamplingParams, history_mask, process_logits  # noqa: E402
+from fasttts_cli.indextts2.sampling_torch import RowParams, process_scores  # noqa: E402
 from fasttts_cli.nets.unified_voice import Prefix  # noqa: E402
+from fasttts_cli.tools.parity_torch import scores_match  # noqa: E402
 from tests.parity import rel  # noqa: E402
 from tests.parity25 import Parity25Case, check, need, tensor  # noqa: E402
 
@@ -119,3 +126,70 @@ def test_stage_3_5_forced_generation_logits(parity25_case: Parity25Case, parity2
     n_pad = int(c.checks["gpt_prefix_left_pad_rows"])
     tight = Prefix(prefix.embeds[:, n_pad:], prefix.mask[:, n_pad:], prefix.lengths)
     assert rel(gpt.decode_forced(tight, codes).logits.numpy(), fd.logits.numpy()) < CACHE_TOL
+
+
+@torch.no_grad()
+def test_stage_3_3_emotion_vector_mode(
+    parity25_case: Parity25Case, parity25_checkpoint: Path, parity25_modules
+) -> None:
+    """infer(emo_vector=w): the feat1 prototype nearest the style per category picks the feat2 row."""
+    c, m = parity25_case, parity25_modules
+    need(c, "emo_vec_weights", "emo_vec_proto_index", "emo_vec_mat", "emo_vec_emovec")
+    cfg = yaml.safe_load((parity25_checkpoint / "config.yaml").read_text(encoding="utf-8"))
+    mats = emotion.EmotionMatrices(m.spk_matrix, m.emo_matrix, tuple(cfg["emo_num"]))
+    # the style from our CAM++, so the prototype choice is ours end to end (margin in the sidecar)
+    style = m.campplus(tensor(c, "campplus_fbank")[None]).numpy()
+    assert float(c.checks["emo_vec_proto_min_margin"]) > 1e-3
+    proto, mat_vec, emovec = emotion.emotion_vector_mode(style, c["emo_vec_weights"], c["emovec"], mats)
+    np.testing.assert_array_equal(proto, c["emo_vec_proto_index"])
+    check(c, "emo_vec_mat", mat_vec)
+    check(c, "emo_vec_emovec", emovec)
+
+
+def _proc_modes(case: Parity25Case) -> list[tuple[str, int, dict]]:
+    """(mode, num_beams, the processors' settings) as the original's generate built them."""
+    recorded = case.checks["logits_processors"]
+    return [(mode, int(r["num_beams"]), r["params"]) for mode, r in recorded.items()]
+
+
+def test_stage_3_6_defaults_are_the_original_processors(parity25_case: Parity25Case) -> None:
+    c = parity25_case
+    need(c, "gpt_proc_beam_scores")
+    for mode, beams, params in _proc_modes(c):
+        ours = SamplingParams(beams=beams)
+        assert list(params) == [
+            "RepetitionPenaltyLogitsProcessor",
+            "TemperatureLogitsWarper",
+            "TopKLogitsWarper",
+            "TopPLogitsWarper",
+        ], mode
+        assert params["RepetitionPenaltyLogitsProcessor"]["penalty"] == ours.repetition_penalty
+        assert params["TemperatureLogitsWarper"]["temperature"] == ours.temperature
+        assert params["TopKLogitsWarper"]["top_k"] == ours.top_k
+        assert params["TopPLogitsWarper"]["top_p"] == ours.top_p
+        assert params["TopPLogitsWarper"]["min_tokens_to_keep"] == ours.min_tokens_to_keep
+        assert c.checks["logits_processors"][mode]["first_call_history_is_fake_ids"]
+
+
+@torch.no_grad()
+def test_stage_3_6_logits_processors(parity25_case: Parity25Case) -> None:
+    """Row k's history is the fake input ids (P ones, the start-mel token) then the forced codes
+    c_0..c_{k-1}; fed the STORED logits, so near-ties at the cuts cannot flip (margins in the sidecar)."""
+    c = parity25_case
+    need(c, "gpt_gen_logits", "gpt_gen_input_ids", "gpt_forced_codes")
+    logits = c["gpt_gen_logits"][0]  # (n+1, V)
+    prefix, codes = c["gpt_gen_input_ids"][0].tolist(), c["gpt_forced_codes"].tolist()
+    seen = history_mask([prefix + codes[:k] for k in range(logits.shape[0])], logits.shape[1])
+    for mode, beams, _ in _proc_modes(c):
+        key = f"gpt_proc_{mode}_scores"
+        need(c, key)
+        want = c[key]
+        assert want.shape == logits.shape
+        assert float(c.checks[f"gpt_proc_{mode}_topk_min_gap"]) > 1e-5
+        params = SamplingParams(beams=beams)
+        assert scores_match(process_logits(logits, seen, params), want) < 1e-4, (mode, "numpy")
+        rp = RowParams.build([params] * logits.shape[0], 1, "cpu")
+        got = process_scores(
+            torch.from_numpy(logits), torch.from_numpy(seen), rp, beam_mode=beams > 1, do_sample=True
+        )
+        assert scores_match(got.numpy(), want) < 1e-4, (mode, "torch")

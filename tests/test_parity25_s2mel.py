@@ -73,6 +73,7 @@ def test_stage_4_1_codec_decode_intermediates(parity25_case: Parity25Case, parit
 @torch.no_grad()
 def test_stage_4_2_and_4_3_target_length_and_cond(parity25_case: Parity25Case, parity25_modules) -> None:
     c, m = parity25_case, parity25_modules
+    need(c, "s2mel_S_infer", "odd_codes")
     factors = [float(df) for df in c.main["duration_factors"]]
     assert factors
     for prefix, codes_key, s_key in (
@@ -145,6 +146,7 @@ def test_stage_4_5_dit_calls(parity25_case: Parity25Case, parity25_modules) -> N
 @torch.no_grad()
 def test_stage_5_bigvgan(parity25_case: Parity25Case, parity25_modules) -> None:
     c, voc = parity25_case, parity25_modules.bigvgan
+    need(c, "cfm_mel", "bigvgan_wav")
     mel = tensor(c, "cfm_mel")
     wav = voc(mel)
     assert wav.shape[-1] == voc.cfg.hop * mel.shape[-1]

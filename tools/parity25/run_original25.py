@@ -13,6 +13,7 @@ waveform exactly.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -34,6 +35,7 @@ TEXT_CASES = {
         "We are one two three, yes no, hello world again and again, nice voice today.",
     ),
 }
+EMO_CASE = {"emotion_wav": "emo.wav", "emo_alpha": 0.6}
 MAIN = {
     "lang": "zh",
     "text": "你好世界，我们是一个测试。",
@@ -74,6 +76,228 @@ class Store:
 def rel(a, b):
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+
+
+def emotion_stage(S, gpt, spk_cond_emb, emo_cond_emb, alpha):
+    """merge_emovec as infer_generator calls it, its conditioner intermediates hooked (stage 3.1)."""
+    import torch
+
+    rec = {}
+
+    def hook(name):
+        def f(mod, inp, out):
+            rec.setdefault(name, []).append((inp, out))
+
+        return f
+
+    hs = [
+        gpt.emo_conditioning_encoder.register_forward_hook(hook("emo_conformer")),
+        gpt.emo_perceiver_encoder.register_forward_hook(hook("emo_perceiver")),
+        gpt.emovec_layer.register_forward_hook(hook("emovec_layer")),
+    ]
+    emovec = gpt.merge_emovec(
+        spk_cond_emb,
+        emo_cond_emb,
+        torch.tensor([spk_cond_emb.shape[-1]]),
+        torch.tensor([emo_cond_emb.shape[-1]]),
+        alpha=alpha,
+    )
+    for h in hs:
+        h.remove()
+    # merge_emovec runs the conditioner twice: emotion audio first, then the speaker (base) audio
+    S.put("emo_conformer_out", rec["emo_conformer"][0][1][0], "3.1", "output")
+    S.put("emo_perceiver_out", rec["emo_perceiver"][0][1], "3.1", "output")
+    S.put("emo_emovec_layer_out", rec["emovec_layer"][0][1], "3.1", "output")
+    S.put("emo_base_conformer_out", rec["emo_conformer"][1][1][0], "3.1", "output")
+    S.put("emovec", emovec, "3.1", "both", f"(1, D) merge_emovec(spk_cond_emb, emo_cond_emb, alpha {alpha})")
+    return emovec
+
+
+class Abort(Exception):
+    pass
+
+
+class Forced:
+    """The original inference_speech + HF generate with teacher-forced codes: the allowed-token function
+    admits exactly the forced code at each step, then the stop token. p1 = P + 1 fake input ids."""
+
+    def __init__(self, gpt, forced, p1):
+        import torch
+
+        self.gpt, self.forced, self.p1, self.n = gpt, forced, p1, len(forced)
+        self.positions = torch.cat([torch.tensor([0]), torch.arange(2, self.n + 2)])
+
+    def allowed(self, batch_id, ids):
+        k = ids.shape[-1] - self.p1
+        return [int(self.forced[k])] if k < self.n else [self.gpt.stop_mel_token]
+
+    def _speech(self, spk_cond_emb, text_tokens, lang_t, emo_cond_emb, emovec, style, ref, **kw):
+        import torch
+
+        return self.gpt.inference_speech(
+            spk_cond_emb,
+            text_tokens,
+            lang_t,
+            emo_cond_emb,
+            cond_lengths=torch.tensor([spk_cond_emb.shape[-1]]),
+            emo_cond_lengths=torch.tensor([emo_cond_emb.shape[-1]]),
+            emo_vec=emovec,
+            campplus_embedding=style,
+            wav=ref,
+            do_sample=True,
+            top_p=0.8,
+            top_k=30,
+            temperature=0.8,
+            num_return_sequences=1,
+            length_penalty=0.0,
+            repetition_penalty=10.0,
+            **kw,
+        )
+
+    def run(self, *inputs):
+        """-> codes, speech latent, (1, n+1, V) raw mel_head logits of the generate steps (KV cache)."""
+        import torch
+
+        logits_rec = []
+        lh = self.gpt.inference_model.lm_head.register_forward_hook(
+            lambda m, i, o: logits_rec.append(o[:, -1].clone())
+        )
+        codes, latent = self._speech(
+            *inputs, num_beams=1, max_generate_length=self.n + 1, prefix_allowed_tokens_fn=self.allowed
+        )
+        lh.remove()
+        return codes, latent, torch.stack(logits_rec[: self.n + 1], 1)
+
+    def processors(self, num_beams, *inputs):
+        """The logits-processor list HF generate builds for infer()'s defaults at num_beams, with the first
+        call's (input_ids, scores): generation is stopped there."""
+        from transformers.generation import logits_process as LP
+
+        seen = {}
+        orig = LP.LogitsProcessorList.__call__
+
+        def spy(self_list, input_ids, scores, **kw):
+            seen.update(procs=list(self_list), input_ids=input_ids.clone(), scores=scores.clone())
+            raise Abort
+
+        LP.LogitsProcessorList.__call__ = spy
+        try:
+            self._speech(*inputs, num_beams=num_beams, max_generate_length=self.n + 1)
+        except Abort:
+            pass
+        finally:
+            LP.LogitsProcessorList.__call__ = orig
+        return seen
+
+    def nocache(self, prefix_emb, attn):
+        """The same steps without a cache, mel positions 0 (start) and k+2 (code k): (hidden after ln_f,
+        logits, mel input embeddings, mask)."""
+        import torch
+
+        gpt, n = self.gpt, self.n
+        mel_in = torch.cat([torch.tensor([gpt.start_mel_token]), torch.tensor(self.forced)])
+        mel_emb = gpt.mel_embedding(mel_in) + gpt.mel_pos_embedding.emb(self.positions)
+        full = torch.cat([prefix_emb, mel_emb.unsqueeze(0)], 1)
+        full_mask = torch.cat([attn[:, :-1], torch.ones(1, n + 1, dtype=attn.dtype)], 1)
+        h = gpt.gpt(inputs_embeds=full, attention_mask=full_mask, return_dict=True).last_hidden_state
+        logits = gpt.mel_head(gpt.final_norm(h[:, prefix_emb.shape[1] :]))
+        return h, logits, mel_emb, full_mask
+
+
+PROC_MODES = ((3, "beam"), (1, "sample"))  # infer()'s default num_beams 3, and plain sampling
+
+
+def _within(stage, top):
+    """stage "4.1" is within "4" and "4.1", not within "41"."""
+    return stage == top or stage.startswith(top + ".")
+
+
+def _plain(d):
+    """A processor's settings as JSON values (-inf written as the string "-inf")."""
+    return {
+        k: v if not isinstance(v, float) or np.isfinite(v) else str(v)
+        for k, v in d.items()
+        if isinstance(v, (int, float, str))
+    }
+
+
+def processor_stage(S, checks, gen, inputs, gen_logits, fake_ids, tag):
+    """Stage 3.6: the processors HF generate builds for infer()'s defaults, applied to the STORED logits;
+    row k's history is the fake input ids then forced[:k]. Beam modes process log_softmax(logits)."""
+    import torch
+    from transformers.generation.logits_process import TopKLogitsWarper, TopPLogitsWarper
+
+    out = {}
+    for beams, mode in PROC_MODES:
+        seen = gen.processors(beams, *inputs)
+        procs = seen["procs"]
+        row0 = torch.log_softmax(gen_logits[0, :1], -1) if beams > 1 else gen_logits[0, :1]
+        out[mode] = {
+            "processors": [f"{type(p).__name__}({_plain(vars(p))})" for p in procs],
+            "num_beams": beams,
+            "params": {type(p).__name__: _plain(vars(p)) for p in procs},
+            "first_call_history_is_fake_ids": bool(torch.equal(seen["input_ids"][0], fake_ids[0].long())),
+            "first_call_scores_rel": rel(seen["scores"][0], row0[0]),
+        }
+        rows, gap, cum = [], np.inf, np.inf
+        for k in range(gen_logits.shape[1]):
+            hist = torch.cat([fake_ids[0].long(), torch.tensor(gen.forced[:k])]).unsqueeze(0)
+            sc = gen_logits[0, k : k + 1]
+            sc = torch.log_softmax(sc, -1) if beams > 1 else sc
+            for p in procs:
+                if isinstance(p, TopKLogitsWarper):  # near-tie margin at the k-th value
+                    top = torch.topk(sc[0], p.top_k + 1).values
+                    gap = min(gap, float(top[p.top_k - 1] - top[p.top_k]))
+                if isinstance(p, TopPLogitsWarper):  # distance of the kept mass from the cut
+                    c = torch.softmax(torch.sort(sc[0]).values, -1).cumsum(-1)
+                    cum = min(cum, float((c - (1 - p.top_p)).abs().min()))
+                sc = p(hist, sc)
+            rows.append(sc[0])
+        S.put(
+            f"gpt_proc_{mode}_scores",
+            torch.stack(rows),
+            "3.6",
+            "output",
+            f"(n+1, V) num_beams={beams}: processors(fake ids + forced[:k], "
+            f"{'log_softmax(gen_logits)' if beams > 1 else 'gen_logits'}); -inf = removed",
+        )
+        checks[f"gpt_proc_{mode}_topk_min_gap"] = gap
+        checks[f"gpt_proc_{mode}_topp_min_cum_distance"] = cum
+    checks[f"logits_processors{tag}"] = out
+
+
+EMO_WEIGHTS = [0.3, 0.0, 0.0, 0.0, 0.0, 0.0, 0.15, 0.2]  # the v2 vectors' case
+
+
+def emotion_vector_stage(S, checks, tts, I, style, emovec):
+    """Stage 3.3, infer(emo_vector=w) (infer_v2_5.py:669-680, 767-768): per category the feat1 row most
+    cosine-similar to the style picks the feat2 row; emovec' = sum w_i feat2_i + (1 - sum w) emovec."""
+    import torch
+    import torch.nn.functional as F
+
+    w = torch.tensor(EMO_WEIGHTS)
+    proto = [int(I.find_most_similar_cosine(style, m)) for m in tts.spk_matrix]
+    rows = torch.cat([m[i].unsqueeze(0) for i, m in zip(proto, tts.emo_matrix, strict=True)])
+    mat = torch.sum(w.unsqueeze(1) * rows, 0)
+    mat = mat.unsqueeze(0)
+    margin = np.inf
+    for m in tts.spk_matrix:
+        if m.shape[0] > 1:
+            top = torch.topk(F.cosine_similarity(style.float(), m.float(), dim=1), 2).values
+            margin = min(margin, float(top[0] - top[1]))
+    S.put(
+        "emo_vec_weights",
+        w,
+        "3.3",
+        "input",
+        "(8,) [happy, angry, sad, afraid, disgusted, melancholic, surprised, calm]",
+    )
+    S.put("emo_vec_proto_index", np.array(proto), "3.3", "output", "per category argmax cosine(style, feat1)")
+    S.put("emo_vec_mat", mat, "3.3", "output", "(1, D) sum_i w_i feat2_chunk_i[proto_i]")
+    emo_v = mat + (1 - torch.sum(w)) * emovec
+    S.put("emo_vec_emovec", emo_v, "3.3", "output", "(1, D) emovec infer(emo_vector=w) hands the GPT")
+    checks["emo_vec_proto_min_margin"] = margin
+    return emo_v
 
 
 def main():
@@ -312,40 +536,13 @@ def main():
         sys.exit("main text must be one segment")
 
     # ---- stage 3: GPT conditioning, prefix, forced generation (model_v2.py:725-820) ----
-    rec = {}
-
-    def hook(name):
-        def f(mod, inp, out):
-            rec.setdefault(name, []).append((inp, out))
-
-        return f
-
-    hs = [
-        gpt.emo_conditioning_encoder.register_forward_hook(hook("emo_conformer")),
-        gpt.emo_perceiver_encoder.register_forward_hook(hook("emo_perceiver")),
-        gpt.emovec_layer.register_forward_hook(hook("emovec_layer")),
-    ]
     text_tokens = torch.IntTensor(main_ids).unsqueeze(0)
     lang_t = torch.LongTensor([lang_to_token(MAIN["lang"])])
     n = MAIN["n"]
     rng = np.random.Generator(np.random.PCG64(MAIN["code_seed"]))
     forced = rng.integers(0, 8192, size=n).astype(np.int64)
     with torch.no_grad():
-        emovec = gpt.merge_emovec(
-            spk_cond_emb,
-            emo_cond_emb,
-            torch.tensor([spk_cond_emb.shape[-1]]),
-            torch.tensor([emo_cond_emb.shape[-1]]),
-            alpha=1.0,
-        )
-        for h in hs:
-            h.remove()
-        # merge_emovec runs the conditioner twice: emotion audio first, then the speaker (base) audio
-        S.put("emo_conformer_out", rec["emo_conformer"][0][1][0], "3.1", "output")
-        S.put("emo_perceiver_out", rec["emo_perceiver"][0][1], "3.1", "output")
-        S.put("emo_emovec_layer_out", rec["emovec_layer"][0][1], "3.1", "output")
-        S.put("emo_base_conformer_out", rec["emo_conformer"][1][1][0], "3.1", "output")
-        S.put("emovec", emovec, "3.1", "both", "(1, D) merge_emovec(spk_cond_emb, emo_cond_emb, alpha 1)")
+        emovec = emotion_stage(S, gpt, spk_cond_emb, emo_cond_emb, 1.0)
         spk_vec = gpt.spk_emb_proj(style)
         S.put("gpt_spk_vec", spk_vec, "3.2", "output", "spk_emb_proj(campplus_style), (1, D)")
         S.put(
@@ -388,45 +585,13 @@ def main():
             rel(prefix_emb[:, n_pad:], torch.cat([conds_latent, text_emb], 1)) == 0.0
         )
 
-        # Forced generation through the original inference_speech + HF generate: the allowed-token function
-        # admits exactly the forced code at each step, then the stop token.
-        P1 = fake_ids.shape[1]
-
-        def allowed(batch_id, ids):
-            k = ids.shape[-1] - P1
-            return [int(forced[k])] if k < n else [gpt.stop_mel_token]
-
-        logits_rec = []
-        lh = gpt.inference_model.lm_head.register_forward_hook(
-            lambda m, i, o: logits_rec.append(o[:, -1].clone())
-        )
-        codes, latent = gpt.inference_speech(
-            spk_cond_emb,
-            text_tokens,
-            lang_t,
-            emo_cond_emb,
-            cond_lengths=torch.tensor([spk_cond_emb.shape[-1]]),
-            emo_cond_lengths=torch.tensor([emo_cond_emb.shape[-1]]),
-            emo_vec=emovec,
-            campplus_embedding=style,
-            wav=ref,
-            do_sample=True,
-            top_p=0.8,
-            top_k=30,
-            temperature=0.8,
-            num_return_sequences=1,
-            length_penalty=0.0,
-            num_beams=1,
-            repetition_penalty=10.0,
-            max_generate_length=n + 1,
-            prefix_allowed_tokens_fn=allowed,
-        )
-        lh.remove()
+        gen = Forced(gpt, forced, fake_ids.shape[1])
+        base_inputs = (spk_cond_emb, text_tokens, lang_t, emo_cond_emb, emovec, style, ref)
+        codes, latent, gen_logits = gen.run(*base_inputs)
         checks["gpt_forced_codes_reproduced"] = bool(
             np.array_equal(codes[0, :n].numpy(), forced) and int(codes[0, n]) == gpt.stop_mel_token
         )
         checks["gpt_spk_latent_equals_spk_vec"] = bool(torch.equal(latent, spk_vec.unsqueeze(0)))
-        gen_logits = torch.stack(logits_rec[: n + 1], 1)
         S.put("gpt_forced_codes", forced, "3.5", "input", "teacher-forced codes, step k feeds c_{k-1}")
         S.put(
             "gpt_gen_logits",
@@ -437,13 +602,7 @@ def main():
         )
 
         # Self-check: the same logits without a cache, mel positions 0 (start) and k+2 (code k).
-        mel_in = torch.cat([torch.tensor([gpt.start_mel_token]), torch.tensor(forced)])
-        pos = torch.cat([torch.tensor([0]), torch.arange(2, n + 2)])
-        mel_emb = gpt.mel_embedding(mel_in) + gpt.mel_pos_embedding.emb(pos)
-        full = torch.cat([prefix_emb, mel_emb.unsqueeze(0)], 1)
-        full_mask = torch.cat([attn[:, :-1], torch.ones(1, n + 1, dtype=attn.dtype)], 1)
-        h = gpt.gpt(inputs_embeds=full, attention_mask=full_mask, return_dict=True).last_hidden_state
-        nocache = gpt.mel_head(gpt.final_norm(h[:, prefix_emb.shape[1] :]))
+        h, nocache, mel_emb, full_mask = gen.nocache(prefix_emb, attn)
         checks["gpt_nocache_vs_kvcache_maxabs"] = float((nocache - gen_logits).abs().max())
         checks["gpt_nocache_vs_kvcache_rel"] = rel(nocache, gen_logits)
         S.put(
@@ -453,7 +612,7 @@ def main():
             "output",
             "GPT-2 output (after ln_f) at the mel inputs [start, c_0..c_{n-1}], no cache",
         )
-        S.put("gpt_mel_positions", pos, "3.5", "info", "mel position ids used: 0, then k+2")
+        S.put("gpt_mel_positions", gen.positions, "3.5", "info", "mel position ids used: 0, then k+2")
         # Mutation checks: the two zero slots and the language row must move the logits.
         alt = conds_latent.clone()
         # (a constant vector would not do: a constant offset is invisible to every LayerNorm)
@@ -488,6 +647,8 @@ def main():
             return_dict=True,
         ).last_hidden_state
         checks["mutation_lang_row_rel"] = rel(gpt.mel_head(gpt.final_norm(h3[:, pe_l.shape[1] :])), nocache)
+        processor_stage(S, checks, gen, base_inputs, gen_logits, fake_ids, "")
+        emo_v = emotion_vector_stage(S, checks, tts, I, style, emovec)
 
     # ---- stage 4: codec decode, target length, LR, CFM (infer_v2_5.py:827-849) ----
     codec = tts.semantic_codec
@@ -632,9 +793,7 @@ def main():
             MAIN["lang"],
             num_beams=1,
             max_mel_tokens=n + 1,
-            prefix_allowed_tokens_fn=lambda b, ids: (
-                [int(forced[ids.shape[-1] - P1])] if ids.shape[-1] - P1 < n else [gpt.stop_mel_token]
-            ),
+            prefix_allowed_tokens_fn=gen.allowed,
             duration_factor=df,
         )
         tag = f"df{str(df).replace('.', 'p')}"
@@ -663,6 +822,75 @@ def main():
         "cache_mel": bool(torch.equal(tts.cache_mel, ref_mel)),
         "cache_emo_cond": bool(torch.equal(tts.cache_emo_cond, emo_cond_emb)),
     }
+
+    # ---- emotion-vector mode through infer() itself: the emovec it hands inference_speech ----
+    seen_ev = {}
+
+    def speech_abort(*args, **kw):
+        seen_ev["emo_vec"] = kw["emo_vec"].clone()
+        raise Abort
+
+    gpt.inference_speech = speech_abort
+    with contextlib.suppress(Abort):
+        tts.infer(ref, MAIN["text"], None, MAIN["lang"], emo_vector=list(EMO_WEIGHTS), num_beams=1)
+    gpt.inference_speech = orig_is
+    checks["emo_vec_infer_equals_stage"] = bool(torch.equal(seen_ev["emo_vec"], emo_v))
+
+    # ---- a separate emotion audio (emo.wav, emo_alpha 0.6): only what it changes, the rest same_as_base ----
+    E = Store()
+    echecks = {}
+    emo_wav = os.path.join(ckpt, EMO_CASE["emotion_wav"])
+    with torch.no_grad():
+        ea, _ = tts._load_and_cut_audio(emo_wav, 15, sr=16000)
+        E.put("audio_emo_16k", ea, "1.8", "output", "emo.wav at 16 kHz, cut to 15 s")
+        ei = tts.extract_features(ea, sampling_rate=16000, return_tensors="pt")
+        E.put("w2v_emo_input_features", ei["input_features"], "1.9", "both")
+        E.put("w2v_emo_attention_mask", ei["attention_mask"], "1.9", "both")
+        e_cond = tts.get_emb(ei["input_features"], ei["attention_mask"])
+        E.put("emo_cond_emb", e_cond, "1.10", "both")
+        e_vec = emotion_stage(E, gpt, spk_cond_emb, e_cond, EMO_CASE["emo_alpha"])
+        e_conds = torch.cat((spk_vec.unsqueeze(0) + e_vec.unsqueeze(1), conds_latent[:, 1:]), 1)  # zeros
+        E.put("gpt_conds_latent", e_conds, "3.4", "output")
+        e_fake, e_prefix, e_attn = gpt.prepare_gpt_inputs(e_conds, text_tokens, lang_t)
+        E.put("gpt_prefix_emb", e_prefix, "3.4", "both")
+        e_inputs = (spk_cond_emb, text_tokens, lang_t, e_cond, e_vec, style, ref)
+        e_codes, _, e_logits = gen.run(*e_inputs)
+        echecks["gpt_forced_codes_reproduced"] = bool(np.array_equal(e_codes[0, :n].numpy(), forced))
+        E.put("gpt_gen_logits", e_logits, "3.5", "output", "(1, n+1, V) raw logits, KV cache")
+        e_h, e_nocache, _, _ = gen.nocache(e_prefix, e_attn)
+        echecks["gpt_nocache_vs_kvcache_rel"] = rel(e_nocache, e_logits)
+        E.put("gpt_gen_hidden", e_h[:, e_prefix.shape[1] :], "3.5", "output", "after ln_f, no cache")
+        processor_stage(E, echecks, gen, e_inputs, e_logits, e_fake, "")
+    seen.clear()
+    gpt.inference_speech = is_spy
+    cfm.inference = inf_seeded
+    _, e_data = tts.infer(
+        ref,
+        MAIN["text"],
+        None,
+        MAIN["lang"],
+        emo_audio_prompt=emo_wav,
+        emo_alpha=EMO_CASE["emo_alpha"],
+        num_beams=1,
+        max_mel_tokens=n + 1,
+        prefix_allowed_tokens_fn=gen.allowed,
+    )
+    gpt.inference_speech = orig_is
+    cfm.inference = orig_inf
+    # 2.5's s2mel reads only the codes (no GPT latent), so with the codes forced the emotion cannot reach it
+    echecks["e2e_wav_equals_base"] = bool(np.array_equal(e_data[:, 0], S.arrays["e2e_wav_int16_df1p0"]))
+    echecks["e2e_emo_cond_equals_stage"] = bool(torch.equal(tts.cache_emo_cond, e_cond))
+    same = sorted(k for k in E.arrays if np.array_equal(E.arrays[k], S.arrays[k]))
+    for k in same:
+        del E.arrays[k], E.meta[k]
+    # 4, 5, e2e: independent of the emotion with the codes forced (checked above); 3.3: infer(emo_vector=w)
+    # drops the emotion audio and its alpha, so it is the base's case
+    not_repeated = ("3.3", "4", "5", "e2e")
+    same_as_base = sorted(
+        k
+        for k, m in S.meta.items()
+        if k not in E.arrays and not any(_within(m["stage"], s) for s in not_repeated)
+    )
 
     # ---- write ----
     import importlib.metadata
@@ -701,18 +929,47 @@ def main():
             "stubs": "whisper.tokenizer (functional), tn.* WeText (identity); no nemo",
         },
         "stages_present": sorted(stages),
-        "stages_absent": [
-            "3.6 logits processors (repetition penalty / top-k / top-p scores)",
-            "emotion-vector mode (feat1/feat2 prototypes)",
-            "separate emotion audio case",
-        ],
+        "stages_absent": [],
         "stages": stages,
         "keys": S.meta,
         "checks": checks,
     }
     with open(os.path.join(outdir, "vectors25_s0.json"), "w", encoding="utf-8") as f:
         json.dump(sidecar, f, indent=1, ensure_ascii=False)
+    enpz = os.path.join(outdir, "vectors25_s0_emo.npz")
+    np.savez_compressed(enpz, **E.arrays)
+    estages = {}
+    for k in [*same_as_base, *E.meta]:
+        estages.setdefault(E.meta[k]["stage"] if k in E.meta else S.meta[k]["stage"], []).append(k)
+    emo_side = {
+        "format": sidecar["format"],
+        "about": "Second case of the same run on the same checkpoint: a separate emotion audio (emo.wav) at "
+        "emo_alpha 0.6. Holds only the arrays that differ from the base; the keys in same_as_base are "
+        "bit-identical there. Stages 4, 5 and e2e are not repeated: with the codes forced they do not see "
+        "the emotion (checks.e2e_wav_equals_base); nor 3.3, which drops the emotion audio.",
+        "base": "vectors25_s0.npz",
+        "same_as_base": same_as_base,
+        "checkpoint_digest": sidecar["checkpoint_digest"],
+        "checkpoint_seed": sidecar["checkpoint_seed"],
+        "config": sidecar["config"],
+        "case": {
+            **sidecar["case"],
+            "emotion_wav": EMO_CASE["emotion_wav"],
+            "emo_alpha_used": EMO_CASE["emo_alpha"],
+        },
+        "environment": sidecar["environment"],
+        "stages_present": sorted(estages),
+        "stages_not_repeated": list(not_repeated),
+        "stages": estages,
+        "keys": E.meta,
+        # the run's checks (one process for both cases), then this case's own
+        "checks": {**checks, **echecks},
+    }
+    with open(os.path.join(outdir, "vectors25_s0_emo.json"), "w", encoding="utf-8") as f:
+        json.dump(emo_side, f, indent=1, ensure_ascii=False)
     print(json.dumps(checks, indent=1)[:3000])
+    print(json.dumps(echecks, indent=1))
+    print(f"[run_original25] emo case: {len(E.arrays)} arrays, {os.path.getsize(enpz) / 1e6:.2f} MB")
     print(f"[run_original25] {len(S.arrays)} arrays, {os.path.getsize(npz) / 1e6:.2f} MB -> {npz}")
 
 
