@@ -19,7 +19,7 @@ import pytest
 from fasttts_cli.indextts25.engine import IndexTTS25Engine
 from tests.conftest_engine import *  # noqa: F403 (fixtures)
 from tests.parity import rel, stored_cfm_inputs, stored_front_outputs
-from tests.parity25 import Parity25Case, check, df_tag, voice_file
+from tests.parity25 import Parity25Case, check, df_tag, need, voice_file
 
 pytestmark = pytest.mark.parity25
 TOL = 1e-4
@@ -125,6 +125,7 @@ def test_forced_generation_logits_through_the_step_path(
 
 def test_codec_decode(engine: IndexTTS25Engine, parity25_case: Parity25Case) -> None:
     c = parity25_case
+    need(c, "s2mel_S_infer", "odd_codes", "odd_S_infer")  # a delta set (emotion audio) repeats no s2mel stage
     main, odd = c["gpt_forced_codes"], c["odd_codes"]
     s_infer, frames = engine.codec_decode([main])
     assert frames.tolist() == [c["s2mel_S_infer"].shape[1]]
@@ -142,6 +143,7 @@ def test_s2mel_content_at_each_duration_factor_and_the_odd_n(
     engine: IndexTTS25Engine, parity25_case: Parity25Case
 ) -> None:
     c = parity25_case
+    need(c, "odd_codes", f"s2mel_target_len_{df_tag(1.0)}", f"odd_target_len_{df_tag(1.0)}")
     for prefix, codes_key in (("s2mel", "gpt_forced_codes"), ("odd", "odd_codes")):
         codes = c[codes_key]
         natural = int(c[f"{prefix}_target_len_{df_tag(1.0)}"])
@@ -186,6 +188,7 @@ def test_end_to_end_render_to_frames_at_each_duration_factor(
     from fasttts_cli.indextts25.synthesizer import IndexTTS25Synthesizer
 
     c = parity25_case
+    need(c, *(f"e2e_wav_int16_{df_tag(df)}" for df in _factors(c)))
     synth = IndexTTS25Synthesizer.load(parity25_engine_dir, cache_dir=tmp_path / "voices", threads=1)
     try:
         e = synth.engine
