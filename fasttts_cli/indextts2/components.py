@@ -196,9 +196,14 @@ def check_manifest(manifest: Manifest, folder: Path) -> None:
         BPE_MODEL,
     ]
     problems += [f"file {k!r} is not listed" for k in needed if k not in manifest.files]
+    refuse_mismatch(folder, "IndexTTS-2", problems)
+
+
+def refuse_mismatch(folder: Path, runtime: str, problems: list[str]) -> None:
+    """EngineMismatchError listing every way the engine folder differs from what `runtime` runs."""
     if problems:
         raise EngineMismatchError(
-            f"{folder / 'manifest.json'}: this engine does not match the IndexTTS-2 runtime: "
+            f"{folder / 'manifest.json'}: this engine does not match the {runtime} runtime: "
             + "; ".join(problems),
             hint="rebuild it with this version of `fasttts build`",
         )

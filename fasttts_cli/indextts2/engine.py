@@ -273,6 +273,23 @@ class IndexTTS2Engine(VoiceFlow, SessionVoiceStages):
         n = np.asarray(code_lens, np.int64)
         return (n.astype(np.float32) * np.float32(self.code_to_frames)).astype(np.int64)
 
+    def content_lengths(
+        self, codes: Sequence[np.ndarray], frames: Sequence[int | None] | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(codes per row, target frames per row): `frames[b]`, or where that is None (or `frames` is) the
+        model's natural `target_lengths`; ValueError for an empty row or a target below one frame."""
+        lens = np.array([np.asarray(c).size for c in codes], np.int64)
+        if (lens < 1).any():
+            raise ValueError("s2mel needs at least one code per row")
+        ylens = self.target_lengths(lens)
+        if frames is not None:
+            ylens = np.array(
+                [y if f is None else int(f) for y, f in zip(ylens, frames, strict=True)], np.int64
+            )
+        if (ylens < 1).any():
+            raise ValueError(f"s2mel target frames must be >= 1, got {ylens.tolist()}")
+        return lens, ylens
+
     @property
     def renders_to_length(self) -> bool:
         """Whether s2mel_content takes its target frames (engines built before it did cannot render a
@@ -287,17 +304,8 @@ class IndexTTS2Engine(VoiceFlow, SessionVoiceStages):
     ) -> tuple[np.ndarray, np.ndarray]:
         """Stage 4.1: (cond (B, max Tg, C) zero past each row's Tg, ylens (B,) = Tg). Tg: `frames[b]`,
         or where that is None (or `frames` is) the natural floor(1.72 n)."""
-        lens = np.array([np.asarray(c).size for c in codes], np.int64)
-        if (lens < 1).any():
-            raise ValueError("s2mel needs at least one code per row")
-        ylens = self.target_lengths(lens)
+        lens, ylens = self.content_lengths(codes, frames)
         fixed = frames is not None and any(f is not None for f in frames)
-        if fixed:
-            ylens = np.array(
-                [y if f is None else int(f) for y, f in zip(ylens, frames, strict=True)], np.int64
-            )
-            if (ylens < 1).any():
-                raise ValueError(f"s2mel target frames must be >= 1, got {ylens.tolist()}")
         with self.times.time("s2mel_content"):
             sess = self.session(S2MEL_CONTENT)
             feeds = {"latent": _pad_stack([np.asarray(x, np.float32) for x in latents]), "code_lens": lens}

@@ -24,6 +24,7 @@ from fasttts_cli.indextts2.components import (
     W2V_VAR,
     config_problems,
     io_matches,
+    refuse_mismatch,
 )
 from fasttts_cli.spec import registry
 from fasttts_cli.spec.engine_folder import Manifest
@@ -92,9 +93,4 @@ def check_manifest25(manifest: Manifest, folder: Path) -> None:
         if comp.inputs and not io_matches25(name, layers, set(comp.inputs), outs):
             problems.append(f"component {name!r} inputs {sorted(comp.inputs)} do not match this runtime")
     problems += [f"file {k!r} is not listed" for k in FILES25 if k not in manifest.files]
-    if problems:
-        raise EngineMismatchError(
-            f"{folder / 'manifest.json'}: this engine does not match the IndexTTS-2.5 runtime: "
-            + "; ".join(problems),
-            hint="rebuild it with this version of `fasttts build`",
-        )
+    refuse_mismatch(folder, "IndexTTS-2.5", problems)

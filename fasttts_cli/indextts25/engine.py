@@ -181,16 +181,7 @@ class IndexTTS25Engine(IndexTTS2Engine):
     ) -> tuple[np.ndarray, np.ndarray]:
         """Stage 4.2: (cond (B, max Tg, C), ylens (B,) = Tg); Tg `frames[b]`, or where None the natural
         int(2n * 1.72). `latents` is ignored (2.5 has none)."""
-        lens = [np.asarray(c).size for c in codes]
-        if min(lens) < 1:
-            raise ValueError("s2mel needs at least one code per row")
-        ylens = self.target_lengths(lens)
-        if frames is not None:
-            ylens = np.array(
-                [y if f is None else int(f) for y, f in zip(ylens, frames, strict=True)], np.int64
-            )
-        if (ylens < 1).any():
-            raise ValueError(f"s2mel target frames must be >= 1, got {ylens.tolist()}")
+        _, ylens = self.content_lengths(codes, frames)
         with self.times.time("s2mel_content"):
             s_infer, x_lens = self.codec_decode(codes)
             cond = self.session(LENGTH_REGULATOR).run(
