@@ -3,6 +3,8 @@ count holds (speed itself is never asserted)."""
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +15,7 @@ from fasttts_cli.indextts2.engine import NoStopDecoder, frames_for
 from fasttts_cli.indextts2.sampling import SamplingParams
 from fasttts_cli.tools.bench import BenchOptions, format_table, run_bench, to_json
 from tests.conftest_engine import *  # noqa: F403 (fixtures)
+from tests.test_engine25 import engine25_dir  # noqa: F401 (fixture: the tiny 2.5 engine)
 
 
 def test_no_stop_decoder_generates_exactly_n() -> None:
@@ -88,6 +91,54 @@ def test_bench_on_tiny_engine(tiny_engine_dir: Path, tiny_checkpoint_dir: Path, 
         assert label in table
     assert '"ours"' in to_json(r)
     assert "median of 2 rounds" in table
+
+
+def test_bench_on_tiny_engine25(engine25_dir: Path, tmp_path: Path) -> None:  # noqa: F811 (fixture)
+    """IndexTTS-2.5: no latent pass, a codec_decode stage, 25 Hz codes (2n * 1.72 mel frames a line), and
+    the decode cost per second of audio; the eager side (IndexTTS-2's) is skipped with a note."""
+    tokens = 4
+    opts = BenchOptions(
+        engine=engine25_dir,
+        checkpoint=engine25_dir,  # a checkpoint is given: the skip is for the model, not for its absence
+        tokens=tokens,
+        batches=(1, 2),
+        beams=(1, 3),
+        s2mel_steps_timed=1,
+        ref_seconds=1.5,
+        threads=1,
+        work_dir=tmp_path,
+    )
+    r = run_bench(opts)
+    ours = r["ours"]
+    assert ours["model"] == "indextts2.5" and r["eager"] is None and "IndexTTS-2 only" in r["note"]
+    assert set(ours["batches"]) == {1, 2}
+    for b, row in ours["batches"].items():
+        frames = int(2 * tokens * 1.72)  # the length regulator's target: int(2n * 1.72)
+        assert np.isclose(row["audio_s"], b * 256 * frames / 22050)
+        assert row["latent_s"] is None
+        assert 0 < row["codec_decode_s"] < row["s2mel_content_s"]  # the decode runs inside the content
+        assert np.isclose(row["codes_per_audio_s"], tokens * 22050 / (256 * frames))  # 25 Hz, truncated
+        for k in (1, 3):
+            assert np.isclose(row["ms_per_audio_s"][k], row["ms_per_token"][k] * row["codes_per_audio_s"] / b)
+        total = row["generate_s"][1] + row["s2mel_s"] + row["vocoder_s"]
+        assert np.isclose(row["batch_s"][1], total)
+    table = format_table(json.loads(to_json(r)))
+    for label in ("codec decode", "ms/audio s, 3 beams", "model indextts2.5"):
+        assert label in table
+    latent = next(ln for ln in table.splitlines() if ln.startswith("latent pass"))
+    assert latent.split()[-2:] == ["-", "-"]
+    with pytest.raises(UsageError, match=r"is an indextts2\.5 engine"):
+        run_bench(replace(opts, model="indextts2"))
+
+
+def test_random_weights_checks_model_and_work_dir(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="--model 'indextts3'"):
+        run_bench(BenchOptions(random_weights=True, model="indextts3", work_dir=tmp_path))
+    (tmp_path / "engine").mkdir()
+    (tmp_path / "engine" / "manifest.json").write_text("{}")
+    (tmp_path / "build.json").write_text(json.dumps({"engine": "x", "checkpoint": "y"}))  # before "model"
+    with pytest.raises(UsageError, match=r"holds a random indextts2 engine, not indextts2\.5"):
+        run_bench(BenchOptions(random_weights=True, model="indextts2.5", work_dir=tmp_path))
 
 
 def test_bench_compare_summarizes_alternating_runs(tmp_path: Path) -> None:

@@ -50,6 +50,14 @@ def bench(
     rounds: Annotated[
         int, typer.Option("--rounds", help="Time ours then eager this many times; report medians.")
     ] = 1,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model",
+            metavar="MODEL",
+            help="--random-weights: indextts2 (default) or indextts2.5; with --engine it must match.",
+        ),
+    ] = None,
     work_dir: Annotated[
         Path | None, typer.Option("--work-dir", metavar="DIR", help="Keep the random checkpoint/engine here.")
     ] = None,
@@ -85,6 +93,7 @@ def bench(
             threads=threads,
             work_dir=work_dir,
             rounds=rounds,
+            model=model,
         )
         result = run_bench(opts, progress=rep.info)
         table = format_table(result)

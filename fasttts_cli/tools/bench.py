@@ -2,6 +2,7 @@
 
     fasttts bench --random-weights --preset cpu-fp32 --tokens N --batch 1,4,8
     fasttts bench --engine DIR [--checkpoint CKPT] --tokens N --batch 1,4,8
+    fasttts bench --random-weights --model indextts2.5 --tokens N --batch 1,4,8
 
 `--random-weights` writes a FULL-SIZE IndexTTS-2 checkpoint with random weights in the official layout
 (config.yaml of the release, every module at its real width) into a temporary folder and builds its engine
@@ -19,6 +20,11 @@ Ours runs each batch size as one batch (prefixes left-padded, beams as rows); th
 at a time at batch 1, as the original does (its 3 beams are 3 rows of one batch, its prefill runs on
 every beam row), so its per-line cost is the same at every batch size. Peak RSS is the process's high
 water mark after ours (ONNX sessions only) and after eager (plus the PyTorch modules).
+
+IndexTTS-2.5 (an engine folder whose manifest says so, or `--random-weights --model indextts2.5`): the same
+stages on its engine, except that it has no latent pass (latent_s null) and decodes its 25 Hz codes with
+`codec_decode` (codec_decode_s, part of s2mel_content_s); ms_per_audio_s puts both models' token cost per
+second of audio, where 2.5 needs half the tokens. The eager side is IndexTTS-2's only.
 
 `--rounds N` times ours, then eager, N times over and reports the median of every figure: a shared
 CPU's speed drifts by tens of percent within minutes, so one pass of each side can compare two
@@ -41,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from fasttts_cli.errors import UsageError
+from fasttts_cli.indextts25.components import MODEL_ID25
 from fasttts_cli.tools import bench_common as common
 from fasttts_cli.tools.bench_common import BenchOptions, StageTimes, finish_row
 from fasttts_cli.tools.bench_table import format_table, to_json
@@ -78,24 +85,38 @@ def write_bench_voice(path: Path, seconds: float, sr: int = 24000, seed: int = 0
 # --------------------------------------------------------------------------------------------- ours
 
 
+def load_engine(engine_dir: Path, preset: str | None, threads: int | None) -> Any:
+    """The engine class the folder's manifest names (IndexTTS-2 or IndexTTS-2.5)."""
+    from fasttts_cli.indextts2.engine import IndexTTS2Engine
+    from fasttts_cli.indextts25.components import MODEL_ID25
+    from fasttts_cli.indextts25.engine import IndexTTS25Engine
+    from fasttts_cli.spec.engine_folder import read_manifest
+
+    is25 = read_manifest(engine_dir).model_id == MODEL_ID25
+    return (IndexTTS25Engine if is25 else IndexTTS2Engine).load(engine_dir, preset, threads)
+
+
 def bench_ours(
     opts: BenchOptions, engine_dir: Path, voice: Path, progress: Callable[[str], None] | None = None
 ) -> dict[str, Any]:
-    from fasttts_cli.indextts2.engine import IndexTTS2Engine
-
-    e = IndexTTS2Engine.load(engine_dir, opts.preset, opts.threads)
+    e = load_engine(engine_dir, opts.preset, opts.threads)
     t_open, _ = common.timed(e.open_all)
     speaker, emo16 = e.speaker_audio(voice), e.emotion_audio(voice)
     t_cold, _ = common.timed(lambda: e.voice_conditioning(speaker, emo16))  # first run: ORT warm-up included
     t_voice, cond = common.timed(lambda: e.voice_conditioning(speaker, emo16))
     rng = np.random.default_rng(opts.seed)
-    vocab = min(e.text.vocab_size, e.embeddings.text_embedding.shape[0])
+    rows = e.embeddings.text_embedding.shape[0]
+    vocab = min(getattr(e.text, "vocab_size", rows), rows)
     b_max = max(opts.batches)
     texts = [common.random_text(rng, opts.text_tokens, vocab) for _ in range(b_max)]
-    prefixes = [e.prefix(cond.spk_latents, cond.emovec, t) for t in texts]
+    if e.model_id == MODEL_ID25:  # language row 0: every row costs the same
+        prefixes = [e.prefix25(cond.spk_latents, cond.emovec, t, 0) for t in texts]
+    else:
+        prefixes = [e.prefix(cond.spk_latents, cond.emovec, t) for t in texts]
     steps = e.preset.s2mel.steps
     n = min(opts.tokens, e.max_codes)
     out: dict[str, Any] = {
+        "model": e.model_id,
         "load_s": t_open,
         "voice_prep_cold_s": t_cold,
         "voice_prep_s": t_voice,
@@ -115,7 +136,9 @@ def bench_ours(
 def _bench_batch(
     e: Any, opts: BenchOptions, cond: Any, pre: list[np.ndarray], n: int, steps: int
 ) -> dict[str, Any]:
-    """One batch of len(pre) lines through every stage of our runtime."""
+    """One batch of len(pre) lines through every stage of our runtime. IndexTTS-2.5 has no latent pass
+    (latent_s None); its codec decode is timed on its own too (codec_decode_s, also inside
+    s2mel_content_s, where the engine runs it)."""
     from fasttts_cli.indextts2.engine import noise_generator, segment_seed_generator
     from fasttts_cli.indextts2.sampling import SamplingParams
 
@@ -136,29 +159,37 @@ def _bench_batch(
         row["ms_per_token"][k] = 1000 * (tn - t1) / max(1, n - 1)
         row["generate_s"][k] = tn
     codes = [d.codes for d in dec]
+    is25 = e.model_id == MODEL_ID25
     t_lat, lat = common.timed(lambda: e.latent(pre, codes))
     # s2mel and the vocoder in the engine's grouping (codes_to_wavs: s2mel.rows_per_call lines a call)
-    t_content = t_cfm = t_voc = 0.0
+    t_codec = t_content = t_cfm = t_voc = 0.0
     t_len, wavs = 0, []
     size = e.s2mel_rows(b)
     for lo in range(0, b, size):
         rows = range(lo, min(b, lo + size))
+        if is25:
+            e.codec_decode([codes[i] for i in rows])  # untimed warm-up of this shape, as for generate
+            dt, _ = common.timed(lambda r=rows: e.codec_decode([codes[i] for i in r]))
+            t_codec += dt
         dt, (cnd, ylens) = common.timed(
             lambda r=rows: e.s2mel_content([lat[i] for i in r], [codes[i] for i in r])
         )
         t_content += dt
         inp = e.cfm_inputs([cond] * len(rows), cnd, ylens)
-        n = int(inp.x_lens.max())
-        t_len = max(t_len, n)
-        z = np.stack([e.cfm_noise(noise_generator(i, 0), n) for i in rows])
+        n_frames = int(inp.x_lens.max())
+        t_len = max(t_len, n_frames)
+        z = np.stack([e.cfm_noise(noise_generator(i, 0), n_frames) for i in rows])
         dt, x = common.timed(lambda i=inp, z=z: e.cfm(i, z, opts.s2mel_steps_timed, e.preset.s2mel.cfg_rate))
         t_cfm += dt
         mels = [x[j, :, int(inp.prompt_lens[j]) : int(inp.x_lens[j])] for j in range(len(rows))]
         dt, w = common.timed(lambda m=mels: e.vocode(m))
         t_voc += dt
         wavs += w
-    t = StageTimes(t_lat, t_content, t_cfm, t_len, t_voc, sum(w.size for w in wavs) / common.SR_OUT)
-    return finish_row(row, opts.beams, b, steps, opts.s2mel_steps_timed, t)
+    t = StageTimes(
+        None if is25 else t_lat, t_content, t_cfm, t_len, t_voc, sum(w.size for w in wavs) / common.SR_OUT
+    )
+    extra = {"codec_decode_s": t_codec} if is25 else {}
+    return finish_row(row, opts.beams, b, steps, opts.s2mel_steps_timed, t, tokens=n, **extra)
 
 
 # --------------------------------------------------------------------------------------------- driver
@@ -184,30 +215,26 @@ def run_bench(opts: BenchOptions, progress: Callable[[str], None] | None = None)
         }
         engine_dir, checkpoint = opts.engine, opts.checkpoint
         if opts.random_weights:
-            done = work / "build.json"
-            if opts.work_dir and done.is_file() and (work / "engine" / "manifest.json").is_file():
-                say(f"reusing the random checkpoint and engine in {work}")
-                result["build"] = {**json.loads(done.read_text(encoding="utf-8")), "reused": True}
-            else:
-                from fasttts_cli.tools.bench_random import build_in_child
-
-                say("writing a full-size random checkpoint and building its engine (child process)")
-                result["build"] = build_in_child(work, opts.preset or "cpu-fp32", opts.seed)
+            result["build"] = _random_build(opts, work, say)
             engine_dir, checkpoint = Path(result["build"]["engine"]), Path(result["build"]["checkpoint"])
         assert engine_dir is not None
+        model = _engine_model(engine_dir, opts.model)
         voice = write_bench_voice(work / "bench-voice.wav", opts.ref_seconds)
         ours_runs: list[dict[str, Any]] = []
         eager_runs: list[dict[str, Any]] = []
+        # the eager side is IndexTTS-2's modules (bench_eager); a 2.5 run times ours only
+        eager = opts.eager and checkpoint is not None and model != MODEL_ID25
         for r in range(opts.rounds):
             tag = f" (round {r + 1} of {opts.rounds})" if opts.rounds > 1 else ""
             say(f"timing our runtime (ONNX Runtime){tag}")
             ours_runs.append(bench_ours(opts, engine_dir, voice, say))
-            if opts.eager and checkpoint is not None:
+            if eager:
                 say(f"timing the PyTorch eager modules{tag}")
                 from fasttts_cli.indextts2.engine import resolve_preset
                 from fasttts_cli.spec.engine_folder import read_manifest
                 from fasttts_cli.tools.bench_eager import bench_eager
 
+                assert checkpoint is not None
                 p = resolve_preset(read_manifest(engine_dir), opts.preset, engine_dir)
                 eager_runs.append(bench_eager(opts, checkpoint, voice, p.s2mel.steps, p.s2mel.cfg_rate))
         result["ours"] = median_of_runs(ours_runs)
@@ -217,5 +244,40 @@ def run_bench(opts: BenchOptions, progress: Callable[[str], None] | None = None)
             result["eager"] = median_of_runs(eager_runs)
         elif opts.eager:
             result["eager"] = None
-            result["note"] = "eager side skipped: pass --checkpoint with --engine"
+            result["note"] = (
+                "eager side skipped: IndexTTS-2 only"
+                if model == MODEL_ID25
+                else "eager side skipped: pass --checkpoint with --engine"
+            )
     return result
+
+
+def _random_build(opts: BenchOptions, work: Path, say: Callable[[str], None]) -> dict[str, Any]:
+    """--random-weights: the build.json of `work` when --work-dir holds one for the same model, else a new
+    full-size random checkpoint and engine built there in a child process."""
+    from fasttts_cli.tools.bench_random import MODELS, build_in_child
+
+    model = opts.model or "indextts2"
+    if model not in MODELS:
+        raise UsageError(f"--model {model!r}: expected one of {', '.join(MODELS)}")
+    done = work / "build.json"
+    if opts.work_dir and done.is_file() and (work / "engine" / "manifest.json").is_file():
+        info = json.loads(done.read_text(encoding="utf-8"))
+        if info.get("model", "indextts2") != model:
+            raise UsageError(
+                f"--work-dir {work}: holds a random {info.get('model', 'indextts2')} engine, not {model}",
+                hint="use another --work-dir for each model",
+            )
+        say(f"reusing the random checkpoint and engine in {work}")
+        return {**info, "reused": True}
+    say(f"writing a full-size random {model} checkpoint and building its engine (child process)")
+    return build_in_child(work, opts.preset or "cpu-fp32", opts.seed, model)
+
+
+def _engine_model(engine_dir: Path, want: str | None) -> str:
+    from fasttts_cli.spec.engine_folder import read_manifest
+
+    model = read_manifest(engine_dir).model_id
+    if want is not None and want != model:
+        raise UsageError(f"--model {want}: {engine_dir} is an {model} engine")
+    return model

@@ -32,6 +32,7 @@ class BenchOptions:
     work_dir: Path | None = None  # where the random checkpoint and engine go (default: a temp folder)
     seed: int = 0
     rounds: int = 1  # ours then eager, this many times; every figure is the median over rounds
+    model: str | None = None  # --random-weights: indextts2 (default) or indextts2.5; --engine: must match
 
 
 def peak_rss_mb() -> float:
@@ -50,9 +51,10 @@ def random_text(rng: np.random.Generator, n: int, vocab: int) -> list[int]:
 
 @dataclass(frozen=True)
 class StageTimes:
-    """One measurement's stage seconds after generation; cfm_s covers `timed_steps` Euler steps."""
+    """One measurement's stage seconds after generation; cfm_s covers `timed_steps` Euler steps.
+    latent_s is None where the model has no latent pass (IndexTTS-2.5)."""
 
-    latent_s: float
+    latent_s: float | None
     content_s: float
     cfm_s: float
     cfm_frames: int
@@ -67,10 +69,14 @@ def finish_row(
     steps: int,
     timed_steps: int,
     t: StageTimes,
+    tokens: int | None = None,
     **extra: Any,
 ) -> dict[str, Any]:
     """The s2mel figures scaled from `timed_steps` to the preset's `steps`, then batch wall time per beam
-    count (generation already includes its prefill), RTF and lines/s."""
+    count (generation already includes its prefill), RTF and lines/s. With `tokens` (per line) also the
+    code rate (codes_per_audio_s: 50 for IndexTTS-2, 25 for 2.5) and ms_per_audio_s, the decode steps'
+    cost per second of the batch's audio (ms_per_token x tokens / audio_s): what compares two models
+    whose codes cover different spans of time."""
     step_s = t.cfm_s / timed_steps
     row.update(
         latent_s=t.latent_s,
@@ -84,8 +90,11 @@ def finish_row(
     )
     row["batch_s"], row["rtf"], row["lines_per_s"] = {}, {}, {}
     for k in beams:
-        total = row["generate_s"][k] + row["latent_s"] + row["s2mel_s"] + row["vocoder_s"]
+        total = row["generate_s"][k] + (row["latent_s"] or 0.0) + row["s2mel_s"] + row["vocoder_s"]
         row["batch_s"][k] = total
         row["rtf"][k] = total / row["audio_s"]
         row["lines_per_s"][k] = lines / total
+    if tokens is not None:
+        row["codes_per_audio_s"] = lines * tokens / row["audio_s"]
+        row["ms_per_audio_s"] = {k: v * tokens / row["audio_s"] for k, v in row["ms_per_token"].items()}
     return row

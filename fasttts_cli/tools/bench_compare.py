@@ -31,7 +31,9 @@ from typing import Any
 OURS_KEYS = (
     "prefill_s",
     "ms_per_token",
+    "ms_per_audio_s",
     "latent_s",
+    "codec_decode_s",
     "s2mel_content_s",
     "s2mel_step_s",
     "vocoder_s",

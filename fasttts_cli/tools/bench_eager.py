@@ -119,4 +119,6 @@ def bench_eager(
     )
     t_voc, wav = common.timed(lambda: m.bigvgan(x[:, :, mel.shape[-1] :]))
     t = StageTimes(t_lat, t_content, t_cfm, t_len, t_voc, wav.shape[-1] / common.SR_OUT)
-    return finish_row(out, opts.beams, 1, steps, opts.s2mel_steps_timed, t, peak_rss_mb=common.peak_rss_mb())
+    return finish_row(
+        out, opts.beams, 1, steps, opts.s2mel_steps_timed, t, tokens=n, peak_rss_mb=common.peak_rss_mb()
+    )

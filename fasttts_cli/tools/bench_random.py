@@ -1,6 +1,7 @@
 """`fasttts bench --random-weights`: a FULL-SIZE IndexTTS-2 checkpoint with random weights in the official
 layout (config.yaml of the release, every module at its real width) and its engine, built in a child
-process whose time and peak memory are reported too."""
+process whose time and peak memory are reported too. `--model indextts2.5` writes the 2.5 layout at
+tiny_config.FULL25 instead (the sizes chosen for 2.5, whose release sizes are unknown)."""
 
 from __future__ import annotations
 
@@ -130,18 +131,33 @@ def write_random_checkpoint(out: Path, seed: int = 0) -> Path:
     return out
 
 
-def build_random_engine(work: Path, preset: str, seed: int = 0) -> dict[str, Any]:
+MODELS = ("indextts2", "indextts2.5")
+
+
+def write_random_checkpoint_for(model: str, out: Path, seed: int = 0) -> Path:
+    """The full-size random checkpoint of `model` (one of MODELS)."""
+    if model == "indextts2":
+        return write_random_checkpoint(out, seed)
+    if model == "indextts2.5":
+        from fasttts_cli.build.tiny import FULL_SIZES, write_tiny_checkpoint25
+
+        return write_tiny_checkpoint25(out, seed, FULL_SIZES[model])
+    raise ValueError(f"no full-size random checkpoint for model {model!r} (known: {', '.join(MODELS)})")
+
+
+def build_random_engine(work: Path, preset: str, seed: int = 0, model: str = "indextts2") -> dict[str, Any]:
     """Checkpoint + engine in `work`, in this process; returns times and peak RSS."""
     import torch
 
     from fasttts_cli.build.export import build_engine
 
     torch.set_grad_enabled(False)
-    t_ckpt, ckpt = timed(lambda: write_random_checkpoint(work / "checkpoint", seed))
+    t_ckpt, ckpt = timed(lambda: write_random_checkpoint_for(model, work / "checkpoint", seed))
     size = sum(p.stat().st_size for p in ckpt.rglob("*") if p.is_file())
     t_build, eng = timed(lambda: build_engine(ckpt, preset, work / "engine", overwrite=True))
     esize = sum(p.stat().st_size for p in eng.rglob("*") if p.is_file())
     info = {
+        "model": model,
         "checkpoint": str(ckpt),
         "engine": str(eng),
         "checkpoint_gb": round(size / 1e9, 2),
@@ -154,16 +170,16 @@ def build_random_engine(work: Path, preset: str, seed: int = 0) -> dict[str, Any
     return info
 
 
-def build_in_child(work: Path, preset: str, seed: int) -> dict[str, Any]:
+def build_in_child(work: Path, preset: str, seed: int, model: str = "indextts2") -> dict[str, Any]:
     """The build runs in a child process so its memory does not count in the bench's own peak RSS."""
     work.mkdir(parents=True, exist_ok=True)
     code = (
         "import json, sys; from pathlib import Path; "
-        "from fasttts_cli.tools.bench_random import build_random_engine; "
-        "print(json.dumps(build_random_engine(Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]))))"
+        "from fasttts_cli.tools.bench_random import build_random_engine; a = sys.argv; "
+        "print(json.dumps(build_random_engine(Path(a[1]), a[2], int(a[3]), a[4])))"
     )
     proc = subprocess.run(
-        [sys.executable, "-c", code, str(work), preset, str(seed)],
+        [sys.executable, "-c", code, str(work), preset, str(seed), model],
         capture_output=True,
         text=True,
         check=False,

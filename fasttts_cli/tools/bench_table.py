@@ -46,7 +46,15 @@ def format_table(result: dict[str, Any]) -> str:
     add("prefill + 1 token (s)", lambda r: r["prefill_s"], ".3f")
     for k in beams:
         add(f"ms/token, {k} beam{'s' if k > 1 else ''}", lambda r, k=k: r["ms_per_token"][k], ".1f")
+    for k in beams:
+        add(
+            f"ms/audio s, {k} beam{'s' if k > 1 else ''}",
+            lambda r, k=k: r.get("ms_per_audio_s", {}).get(k),
+            ".0f",
+        )
     add("latent pass (s)", lambda r: r["latent_s"], ".3f")
+    add("codec decode (s)", lambda r: r.get("codec_decode_s"), ".3f")
+    add("s2mel content (s)", lambda r: r["s2mel_content_s"], ".3f")
     add("s2mel per step (s)", lambda r: r["s2mel_step_s"], ".3f")
     add("  (CFM frames)", lambda r: r["cfm_frames"], "d")
     add("vocoder (s)", lambda r: r["vocoder_s"], ".3f")
@@ -95,6 +103,7 @@ def format_table(result: dict[str, Any]) -> str:
         lines.append(" ".join([label.ljust(w0), *(v.rjust(w) for v, w in zip(vals, widths, strict=True))]))
     o = result["options"]
     lines.append(
+        f"model {ours.get('model', 'indextts2')}, "
         f"tokens/line {ours['tokens']}, text tokens {o['text_tokens']}, reference {o['ref_seconds']} s, "
         f"s2mel {ours['s2mel_steps']} steps (per-step time from {o['s2mel_steps_timed']} timed steps), "
         f"cpus {result['machine']['cpus']}, threads {o['threads'] or 'all'}"
