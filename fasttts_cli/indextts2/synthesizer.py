@@ -21,6 +21,7 @@ them per line with the same names (`beams`, `top_k`, `top_p`, `temperature`, `re
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -215,15 +216,8 @@ class IndexTTS2Synthesizer:
         mine, errors = self._line_segments(requests)
         done: dict[int, contract.LinePlan] = {}
 
-        def settle() -> None:
-            _deliver_ready(
-                mine,
-                errors,
-                done,
-                _generated,
-                lambda i: self._plan(requests[i], mine[i], errors.get(i)),
-                on_result,
-            )
+        plan_of = lambda i: self._plan(requests[i], mine[i], errors.get(i))  # noqa: E731
+        settle = functools.partial(_deliver_ready, mine, errors, done, _generated, plan_of, on_result)
 
         settle()  # lines that failed before any model ran
         segs = [s for parts in mine.values() for s in parts]
@@ -257,15 +251,8 @@ class IndexTTS2Synthesizer:
                     errors[i] = _message(ex)
         done: dict[int, contract.SynthResult] = {}
 
-        def settle() -> None:
-            _deliver_ready(
-                mine,
-                errors,
-                done,
-                _rendered,
-                lambda i: self._result(requests[i], mine[i], errors.get(i), splits.get(i)),
-                on_result,
-            )
+        result_of = lambda i: self._result(requests[i], mine[i], errors.get(i), splits.get(i))  # noqa: E731
+        settle = functools.partial(_deliver_ready, mine, errors, done, _rendered, result_of, on_result)
 
         settle()
         groups: dict[tuple[int, float, str, str], list[_Segment]] = {}

@@ -159,25 +159,22 @@ def locate_checkpoint(paths: CheckpointPaths, env: Mapping[str, str] | None = No
 
 
 @dataclass
-class IndexTTS2Modules:
-    """Every module of the model, loaded strictly, plus the small arrays the runtime needs."""
+class ModelModules:
+    """Every module of a model (IndexTTS-2 or 2.5), loaded strictly, plus the small arrays the runtime
+    needs; each version adds what only it has."""
 
     config: IndexTTS2Config
-    paths: ResolvedPaths
-    gpt: Any  # fasttts_cli.nets.unified_voice.UnifiedVoice
-    s2mel: Any  # fasttts_cli.nets.s2mel.S2Mel
-    w2v_bert: Any  # fasttts_cli.nets.w2v_bert.W2VBertFeatures (stats folded in)
-    codec: Any  # fasttts_cli.nets.codec.SemanticCodec
-    campplus: Any  # fasttts_cli.nets.campplus.CAMPPlus
-    bigvgan: Any  # fasttts_cli.nets.bigvgan.BigVGAN
+    paths: Any  # ResolvedPaths (IndexTTS-2) or checkpoint25.ResolvedPaths25
+    gpt: Any  # nets.unified_voice.UnifiedVoice / nets.unified_voice25.UnifiedVoice25
+    s2mel: Any  # nets.s2mel.S2Mel (2.5: without gpt_layer)
+    w2v_bert: Any  # nets.w2v_bert.W2VBertFeatures (stats folded in)
+    codec: Any  # nets.codec.SemanticCodec / nets.codec_enhanced.EnhancedCodec (decoder side)
+    campplus: Any  # nets.campplus.CAMPPlus
+    bigvgan: Any  # nets.bigvgan.BigVGAN
     w2v_mean: np.ndarray  # (1024,)
     w2v_var: np.ndarray  # (1024,)
     spk_matrix: np.ndarray  # feat1 (sum(emo_num), style_dim)
     emo_matrix: np.ndarray  # feat2 (sum(emo_num), model_dim)
-
-    @property
-    def bpe_model(self) -> Path:
-        return self.paths.bpe_model
 
     def digest(self) -> str:
         return checkpoint_digest(self.paths)
@@ -186,6 +183,15 @@ class IndexTTS2Modules:
     def random_weights(self) -> bool:
         """Whether config.yaml says the weights are random (written by `fasttts tiny-checkpoint`)."""
         return self.config.raw.get(RANDOM_KEY) is True
+
+
+@dataclass
+class IndexTTS2Modules(ModelModules):
+    """IndexTTS-2's modules (see ModelModules)."""
+
+    @property
+    def bpe_model(self) -> Path:
+        return self.paths.bpe_model
 
 
 class ListsFiles(Protocol):

@@ -15,15 +15,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import numpy as np
 
 from fasttts_cli.errors import InputError
 from fasttts_cli.nets.checkpoint import (
-    RANDOM_KEY,
+    ModelModules,
     auxiliary_files,
-    checkpoint_digest,
     missing_files_error,
     read_matrix,
     read_w2v_stats,
@@ -88,34 +84,15 @@ class ResolvedPaths25:
 
 
 @dataclass
-class IndexTTS25Modules:
-    """Every module of the 2.5 model, loaded strictly, plus the small arrays the runtime needs."""
+class IndexTTS25Modules(ModelModules):
+    """IndexTTS-2.5's modules (see ModelModules), with its tokenizer's size and the extras it skipped."""
 
-    config: IndexTTS2Config
-    paths: ResolvedPaths25
-    gpt: Any  # nets.unified_voice25.UnifiedVoice25
-    s2mel: Any  # nets.s2mel.S2Mel without gpt_layer
-    codec: Any  # nets.codec_enhanced.EnhancedCodec (decoder side)
-    w2v_bert: Any  # nets.w2v_bert.W2VBertFeatures (stats folded in)
-    campplus: Any  # nets.campplus.CAMPPlus
-    bigvgan: Any  # nets.bigvgan.BigVGAN
-    w2v_mean: np.ndarray  # (1024,)
-    w2v_var: np.ndarray  # (1024,)
-    spk_matrix: np.ndarray  # feat1 (sum(emo_num), style_dim)
-    emo_matrix: np.ndarray  # feat2 (sum(emo_num), model_dim)
-    n_ranks: int  # R: the tokenizer's ranks; its ids run up to R + N_SPECIAL - 1
+    n_ranks: int = 0  # R: the tokenizer's ranks; its ids run up to R + N_SPECIAL - 1
     known_extras: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def tokenizer(self) -> Path:
         return self.paths.tokenizer
-
-    def digest(self) -> str:
-        return checkpoint_digest(self.paths)
-
-    @property
-    def random_weights(self) -> bool:
-        return self.config.raw.get(RANDOM_KEY) is True
 
 
 def _agree(path: Path, what: str, pairs: dict[str, int]) -> None:
