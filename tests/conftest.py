@@ -78,3 +78,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             if item.get_closest_marker("gpu"):
                 item.add_marker(skip)
+
+
+# The tiny IndexTTS-2.5 checkpoint and its cpu-fp32 engine: here, not in a test module, so every module that
+# needs them shares one session-wide build.
+@pytest.fixture(scope="session")
+def checkpoint25_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if not HAS_TORCH:
+        pytest.skip("torch (the `build` extra) is needed to write and build the tiny 2.5 checkpoint")
+    import torch
+
+    from fasttts_cli.build.tiny import write_tiny_checkpoint25
+
+    torch.set_num_threads(1)
+    return write_tiny_checkpoint25(tmp_path_factory.mktemp("tiny25") / "ckpt", stop_bias=0.0)
+
+
+@pytest.fixture(scope="session")
+def engine25_dir(checkpoint25_dir: Path) -> Path:
+    from fasttts_cli.build.export import build_engine
+
+    out = checkpoint25_dir.parent / "engine"
+    return build_engine(checkpoint25_dir, "cpu-fp32", out, overwrite=True)  # detects 2.5 by itself

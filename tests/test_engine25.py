@@ -12,32 +12,12 @@ import numpy as np
 import pytest
 
 from fasttts_cli.cli.commands import main
-from tests.conftest_engine import HAS_TORCH, write_test_voice
+from tests.conftest_engine import write_test_voice
 
 REPO = Path(__file__).resolve().parent.parent
 TOKENS = 12  # codes per segment: short lines, and every line runs to it (stop bias 0)
 OPTIONS = {"max_tokens": TOKENS}
 TEXT = "hola mundo"  # one text for every language: what differs is the language alone
-
-
-@pytest.fixture(scope="session")
-def checkpoint25_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if not HAS_TORCH:
-        pytest.skip("torch (the `build` extra) is needed to write and build the tiny 2.5 checkpoint")
-    import torch
-
-    from fasttts_cli.build.tiny import write_tiny_checkpoint25
-
-    torch.set_num_threads(1)
-    return write_tiny_checkpoint25(tmp_path_factory.mktemp("tiny25") / "ckpt", stop_bias=0.0)
-
-
-@pytest.fixture(scope="session")
-def engine25_dir(checkpoint25_dir: Path) -> Path:
-    from fasttts_cli.build.export import build_engine
-
-    out = checkpoint25_dir.parent / "engine"
-    return build_engine(checkpoint25_dir, "cpu-fp32", out, overwrite=True)  # detects 2.5 by itself
 
 
 @pytest.fixture(scope="session")

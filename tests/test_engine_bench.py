@@ -15,7 +15,6 @@ from fasttts_cli.indextts2.engine import NoStopDecoder, frames_for
 from fasttts_cli.indextts2.sampling import SamplingParams
 from fasttts_cli.tools.bench import BenchOptions, format_table, run_bench, to_json
 from tests.conftest_engine import *  # noqa: F403 (fixtures)
-from tests.test_engine25 import engine25_dir  # noqa: F401 (fixture: the tiny 2.5 engine)
 
 
 def test_no_stop_decoder_generates_exactly_n() -> None:
@@ -93,7 +92,7 @@ def test_bench_on_tiny_engine(tiny_engine_dir: Path, tiny_checkpoint_dir: Path, 
     assert "median of 2 rounds" in table
 
 
-def test_bench_on_tiny_engine25(engine25_dir: Path, tmp_path: Path) -> None:  # noqa: F811 (fixture)
+def test_bench_on_tiny_engine25(engine25_dir: Path, tmp_path: Path) -> None:
     """IndexTTS-2.5: no latent pass, a codec_decode stage, 25 Hz codes (2n * 1.72 mel frames a line), and
     the decode cost per second of audio; the eager side (IndexTTS-2's) is skipped with a note."""
     tokens = 4
