@@ -115,7 +115,9 @@ def test_bench_on_tiny_engine25(engine25_dir: Path, tmp_path: Path) -> None:
         frames = int(2 * tokens * 1.72)  # the length regulator's target: int(2n * 1.72)
         assert np.isclose(row["audio_s"], b * 256 * frames / 22050)
         assert row["latent_s"] is None
-        assert 0 < row["codec_decode_s"] < row["s2mel_content_s"]  # the decode runs inside the content
+        # timed on its own (it also runs inside the content stage); no ordering of two timings is asserted:
+        # on a loaded CI core a sub-millisecond stage can time either way
+        assert row["codec_decode_s"] > 0 and row["s2mel_content_s"] > 0
         assert np.isclose(row["codes_per_audio_s"], tokens * 22050 / (256 * frames))  # 25 Hz, truncated
         for k in (1, 3):
             assert np.isclose(row["ms_per_audio_s"][k], row["ms_per_token"][k] * row["codes_per_audio_s"] / b)
