@@ -42,17 +42,32 @@ def load_synthesizer(
 
         return IndexTTS25Synthesizer.load(selection.path, preset, cache_dir=cache_dir)
     if selection.kind == TORCH:
+        assert selection.path is not None
         try:
-            from fasttts_cli.indextts2.synthesizer_torch import TorchSynthesizer
+            synth = torch_synthesizer_class(selection.path)
         except ImportError as e:
             raise MissingDependencyError(
                 f"the PyTorch backend cannot be loaded ({e})", hint=registry.install_hint(TORCH)
             ) from None
-        return TorchSynthesizer.load(selection.path, preset or "gpu-torch-fp16", cache_dir=cache_dir)
+        return synth.load(selection.path, preset or "gpu-torch-fp16", cache_dir=cache_dir)
     raise MissingDependencyError(
         f"{selection.path}: engine for model {selection.kind!r} is not supported by this fasttts",
         hint="use an IndexTTS-2 engine folder or --engine draft",
     )
+
+
+def torch_synthesizer_class(checkpoint_dir: Path) -> Any:
+    """The PyTorch synthesizer class of a checkpoint directory's model (IndexTTS-2 or 2.5, from the files
+    it holds); raises ImportError where torch is not installed."""
+    from fasttts_cli.nets.release_layout25 import MODEL_V25, detect_model_version
+
+    if detect_model_version(checkpoint_dir) == MODEL_V25:
+        from fasttts_cli.indextts25.synthesizer_torch import TorchSynthesizer25
+
+        return TorchSynthesizer25
+    from fasttts_cli.indextts2.synthesizer_torch import TorchSynthesizer
+
+    return TorchSynthesizer
 
 
 def token_counter(selection: EngineSelection, preset: str | None) -> tuple[Callable[[str], int], str]:
@@ -62,10 +77,10 @@ def token_counter(selection: EngineSelection, preset: str | None) -> tuple[Calla
     if selection.kind == DRAFT:
         return draft_count_tokens, "draft (characters)"
     if selection.kind == TORCH:
+        assert selection.path is not None
         try:
-            from fasttts_cli.indextts2.synthesizer_torch import TorchSynthesizer
-
-            return TorchSynthesizer.tokenizer_counter(selection.path), "checkpoint tokenizer"
+            counter = torch_synthesizer_class(selection.path).tokenizer_counter(selection.path)
+            return counter, "checkpoint tokenizer"
         except ImportError:
             return draft_count_tokens, "estimate (characters; torch backend unavailable)"
     if selection.kind == INDEXTTS25:
@@ -117,7 +132,9 @@ def engine_random_weights(selection: EngineSelection, synth: Synthesizer | None 
 
     try:
         if selection.kind == TORCH:
-            cfg = yaml.safe_load((selection.path / "config.yaml").read_text(encoding="utf-8"))
+            from fasttts_cli.nets.release_layout25 import find_config25  # config.yaml first: v2's too
+
+            cfg = yaml.safe_load(find_config25(selection.path).read_text(encoding="utf-8"))
             return isinstance(cfg, dict) and cfg.get(RANDOM_KEY) is True
         raw = json.loads((selection.path / MANIFEST).read_text(encoding="utf-8"))
         return isinstance(raw, dict) and raw.get("random_weights") is True

@@ -83,6 +83,7 @@ def default_device() -> torch.device:
 class TorchEngine(VoiceFlow):
     """Stage API over loaded modules (see the module docstring)."""
 
+    model_tag = "indextts2-torch"  # the identity's model part (cached voices and lines are keyed by it)
     voice_chains_side_by_side = False  # one device stream: the chains gain nothing from two threads
     renders_to_length = True  # the s2mel net takes its target frames (codes_to_wavs `frames`)
 
@@ -98,15 +99,7 @@ class TorchEngine(VoiceFlow):
         self.tokens = dec.GPTTokens(
             c.start_text_token, c.stop_text_token, c.start_mel_token, c.stop_mel_token
         )
-        t = uv.host_tables()
-        self.embeddings = dec.HostEmbeddings(
-            t["text_embedding"].numpy(),
-            t["text_pos"].numpy(),
-            t["mel_embedding"].numpy(),
-            t["mel_pos"].numpy(),
-            t["speed_emb"].numpy(),
-            tokens=self.tokens,
-        )
+        self.embeddings = self._host_embeddings({k: v.numpy() for k, v in uv.host_tables().items()})
         lim = preset.limits
         beams = max(1, int(preset.decode.beams))
         self.gpt = TorchGPT(
@@ -132,6 +125,10 @@ class TorchEngine(VoiceFlow):
         self._digest: str | None = None
         self._text: Any = None
 
+    def _host_embeddings(self, tables: dict[str, np.ndarray]) -> dec.HostEmbeddings:
+        keys = ("text_embedding", "text_pos", "mel_embedding", "mel_pos", "speed_emb")
+        return dec.HostEmbeddings(*(tables[k] for k in keys), tokens=self.tokens)
+
     def _vocoder_rate(self) -> int:
         path = self.modules.paths.bigvgan / "config.json"
         try:
@@ -149,18 +146,22 @@ class TorchEngine(VoiceFlow):
         *,
         device: torch.device | str | None = None,
     ) -> TorchEngine:
-        from fasttts_cli.nets.checkpoint import load_checkpoint
-
         p = preset if isinstance(preset, Preset) else load_preset(preset)
         check_torch_preset(p)
-        return cls(load_checkpoint(Path(checkpoint_dir)), p, device=device)
+        return cls(cls.load_modules(Path(checkpoint_dir)), p, device=device)
+
+    @staticmethod
+    def load_modules(checkpoint_dir: Path) -> Any:
+        from fasttts_cli.nets.checkpoint import load_checkpoint
+
+        return load_checkpoint(checkpoint_dir)
 
     def identity(self) -> str:
         if self._digest is None:
             self._digest = self.modules.digest()
         build = json.dumps(self.preset.build_keys(), sort_keys=True)
         build_id = hashlib.sha256(build.encode()).hexdigest()[:12]
-        return f"indextts2-torch@{self._digest[:16]}|{self.preset.name}|{build_id}"
+        return f"{self.model_tag}@{self._digest[:16]}|{self.preset.name}|{build_id}"
 
     def code_identity(self) -> str:
         return f"fasttts-{__version__}.torch-{TORCH_CODE_REV}|device={self.device.type}"
@@ -278,21 +279,7 @@ class TorchEngine(VoiceFlow):
             # A per-line override reaches here; the preset itself was checked at load.
             raise UsageError(f"s2mel cache_level {cache_level!r}: the torch backend has no s2mel cache")
         dev = self.device
-        lat = self.latent(prefixes, codes)
-        with self.times.time("s2mel_content"):
-            lens = torch.tensor([int(np.asarray(c).size) for c in codes], device=dev)
-            n_max = int(lens.max())
-            padded = np.zeros((len(codes), n_max), np.int64)
-            for i, c in enumerate(codes):
-                padded[i, : np.asarray(c).size] = np.asarray(c).reshape(-1)
-            vq = self.codec.vq2emb(torch.from_numpy(padded).to(dev))
-            target = self.target_lengths(lens.tolist())
-            if frames is not None:
-                pairs = zip(target.tolist(), frames, strict=True)
-                target = np.array([t if f is None else int(f) for t, f in pairs], np.int64)
-            if (target < 1).any():
-                raise ValueError(f"s2mel target frames must be >= 1, got {target.tolist()}")
-            cond, ylens = self.s2mel.content(lat, vq, lens, torch.from_numpy(target).to(dev))
+        cond, ylens = self.content(prefixes, codes, frames)
         rows = [
             torch.cat([torch.from_numpy(v.prompt_condition).to(dev), cond[b, : int(ylens[b])]], 0)
             for b, v in enumerate(voices)
@@ -329,6 +316,38 @@ class TorchEngine(VoiceFlow):
             wavs = self.vocoder(mels)
             out = [w.cpu().numpy().astype(np.float32) for w in wavs]
         return out
+
+    def content(
+        self,
+        prefixes: Sequence[np.ndarray],
+        codes: Sequence[np.ndarray],
+        frames: Sequence[int | None] | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Stage 4.1: the content condition (B, max Tg, C) and Tg (B,): the latent pass, the codes' VQ
+        embeddings and s2mel's content net, to `frames[b]` frames or, where None, the natural length."""
+        lat = self.latent(prefixes, codes)
+        with self.times.time("s2mel_content"):
+            lens, padded, target = self._code_batch(codes, frames)
+            vq = self.codec.vq2emb(padded)
+            return self.s2mel.content(lat, vq, lens, target)
+
+    def _code_batch(
+        self, codes: Sequence[np.ndarray], frames: Sequence[int | None] | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(codes per row (B,), codes zero-padded (B, n_max), target mel frames (B,)) on the device."""
+        dev = self.device
+        sizes = [int(np.asarray(c).size) for c in codes]
+        padded = np.zeros((len(codes), max(sizes)), np.int64)
+        for i, c in enumerate(codes):
+            padded[i, : sizes[i]] = np.asarray(c).reshape(-1)
+        target = self.target_lengths(sizes)
+        if frames is not None:
+            pairs = zip(target.tolist(), frames, strict=True)
+            target = np.array([t if f is None else int(f) for t, f in pairs], np.int64)
+        if (target < 1).any():
+            raise ValueError(f"s2mel target frames must be >= 1, got {target.tolist()}")
+        lens = torch.tensor(sizes, device=dev)
+        return lens, torch.from_numpy(padded).to(dev), torch.from_numpy(target).to(dev)
 
     def target_lengths(self, code_lens: Sequence[int]) -> np.ndarray:
         """The natural mel frames of rows of n codes: floor(1.72 n), as the s2mel net computes it."""

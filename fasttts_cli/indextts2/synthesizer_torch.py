@@ -30,6 +30,7 @@ from fasttts_cli.spec.presets import Preset
 class TorchSynthesizer(IndexTTS2Synthesizer):
     name = "torch"
     clones_voice = True
+    torch_engine: type[TorchEngine] = TorchEngine  # the model's engine class on this backend
 
     def __init__(self, engine: TorchEngine, cache: VoiceCache | None = None) -> None:
         super().__init__(engine, cache)  # type: ignore[arg-type]  # both implement indextts2.stages.EngineStages
@@ -43,7 +44,7 @@ class TorchSynthesizer(IndexTTS2Synthesizer):
         device: torch.device | str | None = None,
         cache_dir: Path | str | None = None,
     ) -> TorchSynthesizer:
-        engine = TorchEngine.load(checkpoint_dir, preset, device=device)
+        engine = cls.torch_engine.load(checkpoint_dir, preset, device=device)
         return cls(engine, VoiceCache(cache_dir) if cache_dir is not None else None)
 
     @classmethod

@@ -1,16 +1,12 @@
-"""IndexTTS-2.5 engine: v2's stage API over a 2.5 engine folder (numpy + ONNX Runtime, never torch).
+"""IndexTTS-2.5 engine: v2's stage API over a 2.5 engine folder (numpy + ONNX Runtime or TensorRT sessions,
+never torch).
 
-What 2.5 changes (delta §0, §3-§5), each on the v2 engine's own seams so the rest (sessions, the one
-generate loop, CFM, vocoder, the voice flow's emotion paths) is IndexTTS2Engine's:
-
-- voice: the speaker is one row, `spk_emb_proj(style)` (CAM++), applied on the host; the prompt
-  condition is the length regulator on the continuous w2v-BERT features (no codec quantizer);
-- prefix (stage 3.4): [spk_row + emovec | 0 | 0 | text rows + the language row]. The original left-pads
-  the prefix with one zero, masked row per stripped start/stop id (the trailing 1 at least); masked rows
-  are invisible to the trunk (it has no position embedding: positions are host-side, mel only), so they
-  are left out here, which is exactly what the batch's own left padding does;
-- no latent pass; codes (25 Hz) -> `codec_decode` -> S_infer (2n frames, 50 Hz) -> length regulator to
-  int(2n * 1.72) mel frames (or the frames a render asks for) -> CFM -> BigVGAN.
+What 2.5 changes in the stages is `stages25.Stages25`'s (shared with the PyTorch engine); this class
+adds the engine folder's side: 2.5's component set and IO check, the host tables and the tiktoken front
+end from the folder, and stage 4 on the `codec_decode` and `length_regulator` sessions: codes (25 Hz) ->
+`codec_decode` -> S_infer (2n frames, 50 Hz) -> length regulator to int(2n * 1.72) mel frames (or the
+frames a render asks for) -> CFM -> BigVGAN. There is no latent pass. Sessions open through the backend
+registry like the v2 engine's, so a TensorRT plan runs where the manifest names one.
 """
 
 from __future__ import annotations
@@ -24,7 +20,6 @@ import numpy as np
 from fasttts_cli.backends.onnxruntime.session import SessionOptions
 from fasttts_cli.errors import EngineMismatchError
 from fasttts_cli.indextts2 import decode as dec
-from fasttts_cli.indextts2 import features as feat
 from fasttts_cli.indextts2.components import LENGTH_REGULATOR
 from fasttts_cli.indextts2.engine import IndexTTS2Engine, _pad_stack
 from fasttts_cli.indextts2.folder_sessions import FolderSessions
@@ -39,11 +34,9 @@ from fasttts_cli.indextts25.components import (
     check_manifest25,
     io_matches25,
 )
+from fasttts_cli.indextts25.stages25 import Stages25, host_embeddings25
 from fasttts_cli.spec.engine_folder import Manifest
 from fasttts_cli.spec.presets import Preset
-
-MAX_SEGMENT_TOKENS = 120  # infer_v2_5's max_text_tokens_per_segment default
-
 
 class FolderSessions25(FolderSessions):
     """FolderSessions with 2.5's component set and IO check."""
@@ -69,7 +62,7 @@ def load_text_front_end25(folder: Path, manifest: Manifest) -> Any:
     return TextFrontEnd25.load(folder / manifest.files[TOKENIZER], manifest.config["gpt"])
 
 
-class IndexTTS25Engine(IndexTTS2Engine):
+class IndexTTS25Engine(Stages25, IndexTTS2Engine):
     """The 2.5 stage API over one engine folder (see the module docstring)."""
 
     def __init__(
@@ -94,22 +87,14 @@ class IndexTTS25Engine(IndexTTS2Engine):
             self._text = load_text_front_end25(self.folder, self.manifest)
         return self._text
 
-    @property
-    def max_text_tokens(self) -> int:
-        """The segment budget infer_v2_5 uses (120), capped by the preset's limit."""
-        return min(MAX_SEGMENT_TOKENS, int(self.preset.limits.max_text_tokens))
-
     def _table(self, key: str) -> np.ndarray:
         return np.load(self.folder / self.manifest.files[key], allow_pickle=False).astype(np.float32)
 
     @property
     def embeddings(self) -> dec.HostEmbeddings:
-        """v2's host tables; the two zero slots after the speaker row are v2's speed rows set to zero,
-        so HostEmbeddings.conds_latent makes 2.5's [spk + emovec | 0 | 0]."""
         if self._emb is None:
-            t = {k: self._table(f) for k, f in TABLES25.items() if k != "lang_embedding"}
-            speed = np.zeros((2, t["mel_embedding"].shape[1]), np.float32)
-            self._emb = dec.HostEmbeddings(**t, speed=speed, tokens=self.tokens)
+            tables = {k: self._table(f) for k, f in TABLES25.items() if k != "lang_embedding"}
+            self._emb = host_embeddings25(tables, self.tokens)
         return self._emb
 
     @property
@@ -118,53 +103,17 @@ class IndexTTS25Engine(IndexTTS2Engine):
             self._lang = self._table(TABLES25["lang_embedding"])
         return self._lang
 
-    def speaker_vector(self, style: np.ndarray) -> np.ndarray:
-        """Stage 3.2 for 2.5: spk_emb_proj(style) -> (1, D), the one speaker row."""
+    @property
+    def spk_projection(self) -> tuple[np.ndarray, np.ndarray]:
         if self._spk_proj is None:
             self._spk_proj = (self._table(SPK_PROJ_WEIGHT), self._table(SPK_PROJ_BIAS))
-        w, b = self._spk_proj
-        return (np.asarray(style, np.float32).reshape(1, -1) @ w.T + b).astype(np.float32)
+        return self._spk_proj
 
-    # ------------------------------------------------------------------------------- voice
-
-    def _prompt_features(
-        self, audio: feat.SpeakerAudio, spk_cond_emb: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(spk_cond_emb, ref_mel, prompt_condition): 2.5 stretches the continuous features."""
-        with self.times.time("speaker_features"):
-            mel = self.ref_mel(audio.audio_22k)
-            return spk_cond_emb, mel, self.length_regulator(spk_cond_emb, mel.shape[1])
-
-    def _speaker_latents(self, spk_cond_emb: np.ndarray) -> np.ndarray | None:
-        return None  # no speaker conditioner: the row is the style's (`_speaker_rows`)
-
-    def _speaker_rows(self, latents: np.ndarray | None, style: np.ndarray) -> np.ndarray:
-        return self.speaker_vector(style)
-
-    # ------------------------------------------------------------------------------- GPT
-
-    def prefix25(
-        self, spk_row: np.ndarray, emovec: np.ndarray, text_ids: Sequence[int], lang_index: int
-    ) -> np.ndarray:
-        """Stage 3.4: (3 + L + 2, D) = [spk_row + emovec | 0 | 0 | text rows + lang row] (masked pad rows
-        left out, see the module docstring). `text_ids` with or without start/stop (they are stripped)."""
-        emb = self.embeddings
-        text = emb.text_embeddings(text_ids) + self.lang_embedding[int(lang_index)][None, :]
-        return np.concatenate([emb.conds_latent(spk_row, emovec), text], axis=0)
+    # ------------------------------------------------------------------------------- stage 4
 
     def latent(self, prefixes: Sequence[Any], codes: Sequence[np.ndarray]) -> list[np.ndarray]:
         """2.5 has no latent pass: empty rows, which s2mel_content ignores."""
         return [np.zeros((0, self.model_dim), np.float32) for _ in codes]
-
-    # ------------------------------------------------------------------------------- s2mel
-
-    def target_lengths(self, code_lens: Sequence[int]) -> np.ndarray:
-        """int(2n * 1.72) as the original computes it (Python double, truncated)."""
-        return np.array([int(self.code_upsample * int(n) * self.code_to_frames) for n in code_lens], np.int64)
-
-    @property
-    def renders_to_length(self) -> bool:
-        return True  # the length regulator always takes its target frames
 
     def codec_decode(self, codes: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """Stage 4.1: (S_infer (B, 2 n_max, 1024) zero past each row's 2n, frames (B,) = 2n)."""

@@ -25,6 +25,14 @@ def engines_root() -> Path:
     return Path(__file__).resolve().parent.parent.parent / "engines"
 
 
+def is_checkpoint_dir(path: Path) -> bool:
+    """An official IndexTTS-2 or 2.5 checkpoint directory: gpt.pth beside a config (2.5's may be
+    config_v2_5.yaml or configs/config_v2_5.yaml)."""
+    from fasttts_cli.nets.release_layout25 import CONFIG_NAMES
+
+    return (path / "gpt.pth").is_file() and any((path / n).is_file() for n in CONFIG_NAMES)
+
+
 def select_engine(flag: str | None, env: dict[str, str] | None = None) -> EngineSelection:
     env = os.environ if env is None else env
     if flag:
@@ -41,7 +49,7 @@ def _resolve(value: str, source: str) -> EngineSelection:
     if "/" not in value:
         candidates.append(engines_root() / value)
     for c in candidates:
-        if (c / "config.yaml").is_file() and (c / "gpt.pth").is_file():
+        if is_checkpoint_dir(c):
             # An official checkpoint directory: only the PyTorch backend runs straight from one.
             return EngineSelection(TORCH, c, f"{source}={value} (checkpoint directory: torch backend)")
         if (c / MANIFEST).is_file():
