@@ -98,7 +98,9 @@ def test_codes_to_wavs_equal_the_onnx_engine_and_render_to_frames(torch25, onnx2
     for n, x, y in zip((7, 11), wt, wo, strict=True):
         assert x.shape == y.shape == (int(2 * n * 1.72) * hop,)  # 2.5's natural length
         assert _rel(x, y) < 1e-3  # 3 CFM steps and BigVGAN compound the 1e-5 steps
-    (w,) = torch25.engine.codes_to_wavs([cond], [None], codes[:1], [np.random.default_rng(5)], **kw, frames=[30])
+    (w,) = torch25.engine.codes_to_wavs(
+        [cond], [None], codes[:1], [np.random.default_rng(5)], **kw, frames=[30]
+    )
     assert w.shape == (30 * hop,)
 
 
@@ -124,7 +126,9 @@ def test_a_line_without_a_language_names_the_flag(torch25, voice: Path) -> None:
     assert not r.ok and "--lang" in str(r.error)
 
 
-def test_a_2_5_checkpoint_folder_routes_to_the_2_5_torch_engine(checkpoint25_dir: Path, tmp_path: Path) -> None:
+def test_a_2_5_checkpoint_folder_routes_to_the_2_5_torch_engine(
+    checkpoint25_dir: Path, tmp_path: Path
+) -> None:
     from fasttts_cli.app.engine_load import load_synthesizer, token_counter
     from fasttts_cli.indextts25.synthesizer_torch import TorchSynthesizer25
     from fasttts_cli.synth.engine_select import TORCH, select_engine

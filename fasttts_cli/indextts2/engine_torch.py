@@ -44,6 +44,8 @@ BACKEND = "torch"
 # base + 1 * (emo - base), one rounding step away), and the GPT samples with the numpy runtime's sampler
 # (generate_loop), not device noise: cached voices and lines are made anew.
 TORCH_CODE_REV = 2
+Frames = Sequence[int | None] | None  # per row: the mel frames to render to, None for the natural length
+Content = tuple[torch.Tensor, torch.Tensor]  # (cond (B, max Tg, C), Tg (B,)) on the device
 _DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
@@ -317,12 +319,7 @@ class TorchEngine(VoiceFlow):
             out = [w.cpu().numpy().astype(np.float32) for w in wavs]
         return out
 
-    def content(
-        self,
-        prefixes: Sequence[np.ndarray],
-        codes: Sequence[np.ndarray],
-        frames: Sequence[int | None] | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def content(self, prefixes: Sequence[Any], codes: Sequence[np.ndarray], frames: Frames = None) -> Content:
         """Stage 4.1: the content condition (B, max Tg, C) and Tg (B,): the latent pass, the codes' VQ
         embeddings and s2mel's content net, to `frames[b]` frames or, where None, the natural length."""
         lat = self.latent(prefixes, codes)
@@ -332,7 +329,7 @@ class TorchEngine(VoiceFlow):
             return self.s2mel.content(lat, vq, lens, target)
 
     def _code_batch(
-        self, codes: Sequence[np.ndarray], frames: Sequence[int | None] | None
+        self, codes: Sequence[np.ndarray], frames: Frames
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(codes per row (B,), codes zero-padded (B, n_max), target mel frames (B,)) on the device."""
         dev = self.device

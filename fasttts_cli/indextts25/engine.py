@@ -38,6 +38,7 @@ from fasttts_cli.indextts25.stages25 import Stages25, host_embeddings25
 from fasttts_cli.spec.engine_folder import Manifest
 from fasttts_cli.spec.presets import Preset
 
+
 class FolderSessions25(FolderSessions):
     """FolderSessions with 2.5's component set and IO check."""
 

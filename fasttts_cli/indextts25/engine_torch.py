@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from fasttts_cli.indextts2 import decode as dec
-from fasttts_cli.indextts2.engine_torch import TorchEngine
+from fasttts_cli.indextts2.engine_torch import Content, Frames, TorchEngine
 from fasttts_cli.indextts25.stages25 import Stages25, host_embeddings25
 from fasttts_cli.nets.codec_enhanced import UPSAMPLE
 from fasttts_cli.nets.s2mel import CODE_TO_FRAMES
@@ -67,12 +67,7 @@ class TorchEngine25(Stages25, TorchEngine):
         raise NotImplementedError("IndexTTS-2.5 has no latent pass")
 
     @torch.inference_mode()
-    def content(
-        self,
-        prefixes: Sequence[np.ndarray],
-        codes: Sequence[np.ndarray],
-        frames: Sequence[int | None] | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def content(self, prefixes: Sequence[Any], codes: Sequence[np.ndarray], frames: Frames = None) -> Content:
         """Stage 4.1-4.2 for 2.5 (fp32): S_infer = codec.decode(codes), then the length regulator to the
         target frames. `prefixes` are not needed (no latent pass)."""
         with self.times.time("s2mel_content"):
