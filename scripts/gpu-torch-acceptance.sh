@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# GPU acceptance + bench of the torch backend: a thin wrapper around fasttts_cli/tools/accept_torch.py.
+# GPU acceptance + bench of the torch backend (IndexTTS-2 parity and bench, and an IndexTTS-2.5 checkpoint on
+# the device against the CPU and through both GPU torch presets): a thin wrapper around
+# fasttts_cli/tools/accept_torch.py (2.5: tools/accept_torch25.py; --skip-v25 leaves it out).
 #
 #   bash scripts/gpu-torch-acceptance.sh --prepare     # beforehand, where PyPI works: .whl/ + parity copy
 #   bash scripts/gpu-torch-acceptance.sh [--quick]     # on the GPU machine (about 5 minutes; --quick 2)

@@ -36,6 +36,9 @@ def test_sim_cpu_runs_every_stage_and_writes_one_table(tmp_path: Path, capsys: p
     targets = [c for c in report["checks"] if c["name"].startswith("target:")]
     assert targets and all(c["mode"] == "skipped" for c in targets)  # stated for an H200
     assert checks["pytest -m gpu tests/test_torch_backend.py"]["mode"] == "skipped"
+    for name in ("2.5 torch fp32 on cpu vs CPU fp32", "2.5 speaks ja/es/ar (gpu-torch-fp16)"):
+        assert checks[name]["ok"] and checks[name]["mode"] == "sim"
+    assert "gpt logits" in checks["2.5 torch fp32 on cpu vs CPU fp32"]["detail"]
     out = capsys.readouterr().out
     assert out.count("== accept_torch: ok") == 1  # one table
 
@@ -53,7 +56,17 @@ def test_a_failed_check_fails_the_run(tmp_path: Path, monkeypatch: pytest.Monkey
         return row
 
     monkeypatch.setattr(bench_torch, "run_ours", nan_out)
-    argv = ["--sim-cpu", "--threads", "2", "--skip-parity", "--batches", "1", "--beam3-batches", ""]
+    argv = [
+        "--sim-cpu",
+        "--threads",
+        "2",
+        "--skip-parity",
+        "--skip-v25",
+        "--batches",
+        "1",
+        "--beam3-batches",
+        "",
+    ]
     assert accept_torch.main([*argv, "--out", str(tmp_path)]) == 1
     report = json.loads((tmp_path / "accept_torch.json").read_text())
     bad = [c for c in report["checks"] if not c["ok"] and c["mode"] != "skipped"]
@@ -61,6 +74,17 @@ def test_a_failed_check_fails_the_run(tmp_path: Path, monkeypatch: pytest.Monkey
     assert report["ok"] is False and any(
         c["name"] == "bench eager-fp16 B=1" and c["ok"] for c in report["checks"]
     )
+
+
+def test_a_2_5_stage_out_of_bounds_fails_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fasttts_cli.tools import accept_torch25
+
+    monkeypatch.setitem(accept_torch25.WAV_TOL, "fp32", -1.0)  # no audio is that close: the check must fail
+    argv = ["--sim-cpu", "--threads", "2", "--skip-parity", "--batches", "1", "--beam3-batches", ""]
+    assert accept_torch.main([*argv, "--skip-baseline", "--out", str(tmp_path)]) == 1
+    report = json.loads((tmp_path / "accept_torch.json").read_text())
+    bad = [c for c in report["checks"] if not c["ok"] and c["mode"] != "skipped"]
+    assert [c["name"] for c in bad] == ["2.5 torch fp32 on cpu vs CPU fp32"] and "audio" in bad[0]["detail"]
 
 
 def test_without_a_gpu_the_real_run_fails_with_a_clear_check(tmp_path: Path) -> None:
@@ -83,6 +107,7 @@ def test_dispatcher_runs_the_named_program(tmp_path: Path) -> None:
                 "torch",
                 "--sim-cpu",
                 "--skip-parity",
+                "--skip-v25",
                 "--batches",
                 "1",
                 "--beam3-batches",

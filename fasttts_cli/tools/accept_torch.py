@@ -9,7 +9,9 @@
 3. Parity: the parity checkpoint is regenerated from the vectors' folder (make_checkpoint.py) and
    `parity_torch.check_case` runs for every vector set at fp32 (TF32 off; the README's 1e-4), fp16 and
    bf16 (`parity_torch.TOLERANCES`), on the device with CUDA graphs: one check per case and precision.
-4. Bench (tools/bench_torch.py): full-size random weights at batch 1, 8, 16, ours vs eager fp16; one check
+4. IndexTTS-2.5 (tools/accept_torch25.py): a tiny 2.5 checkpoint on the device against the CPU per
+   precision, and lines in ja / es / ar through both GPU torch presets.
+5. Bench (tools/bench_torch.py): full-size random weights at batch 1, 8, 16, ours vs eager fp16; one check
    per row (finite output, no graph capture failure) and one per target of the issue (H200).
 One table at the end (tools/acceptance_table.py), written as accept_torch.json to --out or $OUT; the exit
 status is 1 when any check failed. Budget on one H200: about 5 minutes, --quick about 2.
@@ -189,6 +191,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--parity-precisions", default=None, help="default fp32,fp16,bf16 (--sim-cpu: fp32)")
     ap.add_argument("--skip-parity", action="store_true")
     ap.add_argument("--skip-unit-tests", action="store_true")
+    ap.add_argument("--skip-v25", action="store_true", help="no IndexTTS-2.5 checks")
     ap.add_argument("--skip-baseline", action="store_true", help="no eager side in the bench")
     ap.add_argument("--batches", default=None, help="default 1,8,16 (--quick 1,16; --sim-cpu 1,2)")
     ap.add_argument("--beam3-batches", default=None, help="also with 3 beams (default 1,16; --sim-cpu 1)")
@@ -261,11 +264,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     else:
         run_unit_tests(table)
+    default = "fp32" if a.sim_cpu else ("fp32,fp16" if a.quick else ",".join(PRECISIONS))
+    precisions = [p for p in (a.parity_precisions or default).split(",") if p]
     if a.skip_parity:
         table.add("parity", False, "--skip-parity", mode="skipped")
     else:
-        default = "fp32" if a.sim_cpu else ("fp32,fp16" if a.quick else ",".join(PRECISIONS))
-        precisions = [p for p in (a.parity_precisions or default).split(",") if p]
         with tempfile.TemporaryDirectory(prefix="fasttts-parity-") as tmp:
             cache = a.parity_cache or Path(tmp)
             folder = a.parity_dir or parity_source()
@@ -273,6 +276,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             run_parity(table, folder, cache, dev, precisions, mode, 1 if a.quick or a.sim_cpu else None)
         if dev.type == "cuda":
             torch.cuda.empty_cache()
+    if a.skip_v25:
+        table.add("2.5", False, "--skip-v25", mode="skipped")
+    else:
+        from fasttts_cli.tools.accept_torch25 import run_v25
+
+        with tempfile.TemporaryDirectory(prefix="fasttts-v25-") as tmp:
+            run_v25(table, dev, mode, precisions, Path(tmp))
     run_bench_checks(table, bench_config(a), dev, mode, with_targets=not a.sim_cpu)
     table.add("wall time", True, f"{time.perf_counter() - t_start:.0f} s", mode=mode)
     return table.finish(a.out)
