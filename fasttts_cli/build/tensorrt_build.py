@@ -85,7 +85,9 @@ def axis_ranges(
     b = limits.max_batch
     ref_w2v = math.ceil(limits.max_ref_seconds * W2V_FPS) + 2
     ref_mel = math.ceil(limits.max_ref_seconds * sr / hop) + 2
-    gen_mel = math.floor(CODE_TO_FRAMES * limits.max_mel_tokens) + 1
+    # IndexTTS-2.5 decodes n codes to 2n frames before the 1.72 stretch (manifest s2mel.code_upsample)
+    up = int(s2.get("code_upsample", 1))
+    gen_mel = math.floor(CODE_TO_FRAMES * up * limits.max_mel_tokens) + 1
     batch = _r(1, max(1, b // 2), b)
     if component in ("w2v_bert", "codec_quantize"):
         return {"batch": _r(1, 1, 2), "time": _r(8, ref_w2v // 2, ref_w2v)}
@@ -94,7 +96,7 @@ def axis_ranges(
     if component == "campplus":
         frames = math.ceil(limits.max_ref_seconds * FBANK_FPS) + 2
         return {"batch": _r(1, 1, 2), "time": _r(8, frames // 2, frames)}
-    if component == "codec_vq2emb":
+    if component in ("codec_vq2emb", "codec_decode"):  # codes (batch, time); 2.5's decode too
         return {"batch": batch, "time": _r(1, 200, limits.max_mel_tokens + 1)}
     if component == "gpt_trunk":
         return trunk_ranges(limits, n_conds, int(c.get("gpt", {}).get("heads", 20)))
@@ -105,6 +107,11 @@ def axis_ranges(
         return {"batch": batch, "time": _r(1, 200, limits.max_mel_tokens + 1)}
     if component == "length_regulator":
         # `y` has max(y_lens) frames: value-dependent like s2mel_content's `cond`
+        if up > 1:  # 2.5 also stretches a batch's decoded codes (2n frames each) with it
+            return {
+                "batch": batch,
+                "time": _r(2, ref_w2v // 2, max(ref_w2v, up * (limits.max_mel_tokens + 1))),
+            }
         return {"batch": _r(1, 1, 2), "time": _r(2, ref_w2v // 2, ref_w2v)}
     if component == "dit_cfg_step":
         t = ref_mel + gen_mel
