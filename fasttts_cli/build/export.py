@@ -309,14 +309,14 @@ def build_engine(
     say = progress or (lambda _msg: None)
     built = on_component or (lambda _c: None)
     preset = preset if isinstance(preset, Preset) else load_preset(preset)
-    _check_preset(preset)
     paths = checkpoint if isinstance(checkpoint, CheckpointPaths) else CheckpointPaths(Path(checkpoint))
-    if is_v25(paths.root):
+    if is_v25(paths.root):  # it checks the preset itself (2.5 refuses a TensorRT-LLM GPT first)
         from fasttts_cli.build.export25 import build_engine25
 
         return build_engine25(
             paths.root, preset, out_dir, overwrite=overwrite, progress=say, on_component=built
         )
+    _check_preset(preset)
     out = Path(out_dir) if out_dir is not None else default_out_dir(paths.root, preset.name)
     if out.exists() and not overwrite:
         raise UsageError(f"--out {out}: already exists", hint="choose another folder or pass --overwrite")

@@ -23,7 +23,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from fasttts_cli.build.export import ComponentBuilt, default_out_dir, export_components, write_folder
+from fasttts_cli.build.export import (
+    ComponentBuilt,
+    _check_preset,
+    default_out_dir,
+    export_components,
+    write_folder,
+)
 from fasttts_cli.build.graphs import (
     GraphSpec,
     _lengths,
@@ -121,6 +127,21 @@ def model_constants25(m: IndexTTS25Modules) -> dict[str, Any]:
     return c
 
 
+def check_preset25(preset: Preset) -> None:
+    """What a 2.5 build refuses before any export: a GPT on TensorRT-LLM (the w8a16 / w4a16 presets), then
+    v2's checks (a torch component needs no engine; backend, precision and option combinations)."""
+    llm = sorted(n for n, c in preset.components.items() if c.backend == "tensorrt-llm")
+    if llm:
+        raise UsageError(
+            f"--preset {preset.name}: the IndexTTS-2.5 GPT does not run on TensorRT-LLM yet ({llm[0]} asks "
+            "for tensorrt-llm): its prefix adds the line's language row to every text row, which the "
+            "converted GPT's merged text table and per-line prompt table cannot express",
+            hint="for IndexTTS-2.5 on a GPU use --preset fp16 (every network on TensorRT, GPT trunk fp16), "
+            "or gpu-torch-fp16 / gpu-torch-bf16 with --engine set to the checkpoint folder (no build)",
+        )
+    _check_preset(preset)
+
+
 def build_engine25(
     checkpoint: Path | str,
     preset: Preset | str | Path,
@@ -134,13 +155,7 @@ def build_engine25(
     say = progress or (lambda _msg: None)
     built = on_component or (lambda _c: None)
     preset = preset if isinstance(preset, Preset) else load_preset(preset)
-    odd = sorted(n for n, c in preset.components.items() if c.backend in ("tensorrt-llm", "torch"))
-    if odd:
-        raise UsageError(
-            f"--preset {preset.name}: IndexTTS-2.5 engines are ONNX graphs; {', '.join(odd)} asks for "
-            f"{preset.components[odd[0]].backend}",
-            hint="use an ONNX Runtime or TensorRT preset (cpu-fp32, ...)",
-        )
+    check_preset25(preset)
     root = Path(checkpoint)
     out = Path(out_dir) if out_dir is not None else default_out_dir(root, preset.name)
     if out.exists() and not overwrite:
