@@ -142,3 +142,23 @@ def test_a_2_5_checkpoint_folder_routes_to_the_2_5_torch_engine(
         assert isinstance(s, TorchSynthesizer25) and s.engine.gpt.dtype == torch.bfloat16
     finally:
         s.close()
+
+
+def test_the_cli_speaks_japanese_from_a_2_5_checkpoint_folder(
+    capsys: pytest.CaptureFixture[str], checkpoint25_dir: Path, voice: Path, tmp_path: Path
+) -> None:
+    import json
+
+    import soundfile as sf
+
+    from fasttts_cli.cli.commands import main
+
+    out = tmp_path / "ja.wav"
+    argv = ["synth", TEXT, "--voice", str(voice), "-o", str(out), "--engine", str(checkpoint25_dir)]
+    with pytest.raises(SystemExit) as e:
+        main([*argv, "--preset", "gpu-torch-fp16", "--lang", "ja", "--json"])
+    r = json.loads(capsys.readouterr().out)
+    assert e.value.code == 0, r
+    assert r["engine"]["kind"] == "torch" and r["engine"]["identity"].startswith("indextts25-torch@")
+    audio, sr = sf.read(str(out))
+    assert sr == 22050 and audio.size > 0
