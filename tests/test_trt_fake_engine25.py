@@ -96,21 +96,6 @@ def test_the_2_5_engine_speaks_on_tensorrt_sessions(
         assert err < 1e-2, err  # fp16 DiT / length regulator / w2v-BERT against the fp32 engine
 
 
-@pytest.mark.parametrize("preset", ["w8a16", "w4a16"])
-def test_a_tensorrt_llm_gpt_preset_is_refused_naming_what_runs_2_5_on_a_gpu(
-    capsys: pytest.CaptureFixture[str], checkpoint25_dir: Path, tmp_path: Path, preset: str
-) -> None:
-    from fasttts_cli.cli.commands import main
-
-    out = tmp_path / "e"
-    argv = ["build", "--checkpoint", str(checkpoint25_dir), "--preset", preset, "--out", str(out), "--json"]
-    with pytest.raises(SystemExit) as e:
-        main(argv)  # no $FASTTTS_TRTLLM_PYTHON here: the 2.5 refusal comes first, not the missing stack
-    r = json.loads(capsys.readouterr().out)
-    assert e.value.code == 2 and f"--preset {preset}" in r["error"] and "TensorRT-LLM" in r["error"]
-    assert "fp16" in r["hint"] and "gpu-torch-fp16" in r["hint"] and not out.exists()
-
-
 def test_a_torch_preset_is_refused_by_the_build_it_needs_none(checkpoint25_dir: Path, tmp_path: Path) -> None:
     from fasttts_cli.build.export import build_engine
     from fasttts_cli.errors import UsageError

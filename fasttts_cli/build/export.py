@@ -185,18 +185,24 @@ def _check_preset(preset: Preset) -> None:
 
 
 def _build_trtllm_gpt(
-    m: IndexTTS2Modules,
+    m: Any,
     comp: ComponentSpec,
     preset: Preset,
     tmp: Path,
     say: Callable[[str], None],
+    *,
+    n_conds: int | None = None,
+    text_in_prompt: bool = False,
 ) -> ComponentEntry:
+    """The GPT of module set `m` as a TensorRT-LLM engine (trtllm_build.build_gpt); `n_conds` and
+    `text_in_prompt` for IndexTTS-2.5 (default: v2's num_latents + 2 conditioning rows)."""
     from fasttts_cli.build.trtllm_build import GptSizes, build_gpt
 
     g = m.gpt.cfg
     sizes = GptSizes(
         heads=g.heads,
-        n_conds=g.num_latents + 2,
+        n_conds=g.num_latents + 2 if n_conds is None else n_conds,
+        text_in_prompt=text_in_prompt,
         start_mel=g.start_mel_token,
         stop_mel=g.stop_mel_token,
         start_text=g.start_text_token,

@@ -15,6 +15,7 @@ BigVGAN) are graphs.py's, exported from the 2.5 modules.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from torch import nn
 
 from fasttts_cli.build.export import (
     ComponentBuilt,
+    _build_trtllm_gpt,
     _check_preset,
     default_out_dir,
     export_components,
@@ -42,6 +44,7 @@ from fasttts_cli.build.graphs import (
 from fasttts_cli.build.host_files import model_constants, stat_arrays
 from fasttts_cli.build.onnx_io import staged_folder
 from fasttts_cli.errors import UsageError
+from fasttts_cli.indextts2.gpt_trtllm import GPT_TRTLLM
 from fasttts_cli.indextts25.components import (
     CODEC_DECODE,
     CODEC_DECODE_IO,
@@ -54,6 +57,7 @@ from fasttts_cli.indextts25.components import (
 from fasttts_cli.nets.checkpoint25 import IndexTTS25Modules, load_checkpoint25
 from fasttts_cli.nets.codec_enhanced import UPSAMPLE
 from fasttts_cli.nets.tiktoken_ranks import TOKENIZER_FILE
+from fasttts_cli.spec.engine_folder import ComponentEntry
 from fasttts_cli.spec.presets import Preset, load_preset
 
 
@@ -127,21 +131,6 @@ def model_constants25(m: IndexTTS25Modules) -> dict[str, Any]:
     return c
 
 
-def check_preset25(preset: Preset) -> None:
-    """What a 2.5 build refuses before any export: a GPT on TensorRT-LLM (the w8a16 / w4a16 presets), then
-    v2's checks (a torch component needs no engine; backend, precision and option combinations)."""
-    llm = sorted(n for n, c in preset.components.items() if c.backend == "tensorrt-llm")
-    if llm:
-        raise UsageError(
-            f"--preset {preset.name}: the IndexTTS-2.5 GPT does not run on TensorRT-LLM yet ({llm[0]} asks "
-            "for tensorrt-llm): its prefix adds the line's language row to every text row, which the "
-            "converted GPT's merged text table and per-line prompt table cannot express",
-            hint="for IndexTTS-2.5 on a GPU use --preset fp16 (every network on TensorRT, GPT trunk fp16), "
-            "or gpu-torch-fp16 / gpu-torch-bf16 with --engine set to the checkpoint folder (no build)",
-        )
-    _check_preset(preset)
-
-
 def build_engine25(
     checkpoint: Path | str,
     preset: Preset | str | Path,
@@ -155,7 +144,7 @@ def build_engine25(
     say = progress or (lambda _msg: None)
     built = on_component or (lambda _c: None)
     preset = preset if isinstance(preset, Preset) else load_preset(preset)
-    check_preset25(preset)
+    _check_preset(preset)  # torch components need no engine; a TensorRT-LLM GPT needs its stack
     root = Path(checkpoint)
     out = Path(out_dir) if out_dir is not None else default_out_dir(root, preset.name)
     if out.exists() and not overwrite:
@@ -168,7 +157,20 @@ def build_engine25(
         build_info: dict[str, Any] = {}
         trt_info: dict[str, Any] = {}
         specs: list[GraphSpec | None] = list(engine_specs25(m, preset))
-        entries = export_components(specs, preset, tmp, say, built, constants, build_info, trt_info, m)
+        entries: dict[str, ComponentEntry] = {}
+        gpt_comp = preset.components.get("gpt")
+        if gpt_comp is not None and gpt_comp.backend == "tensorrt-llm":
+            # the GPT trunk becomes a TensorRT-LLM engine that takes the whole 2.5 prefix (the language
+            # row is in every text row) through its prompt table: 3 conditioning rows + the text positions
+            specs = [sp for sp in specs if sp is not None and sp.name != "gpt_trunk"]
+            t0 = time.monotonic()
+            rows = 3 + int(m.gpt.text_pos_embedding.emb.weight.shape[0])
+            entries[GPT_TRTLLM] = _build_trtllm_gpt(
+                m, gpt_comp, preset, tmp, say, n_conds=rows, text_in_prompt=True
+            )
+            built(ComponentBuilt(GPT_TRTLLM, 1, len(specs) + 1, time.monotonic() - t0))
+        done = len(entries)
+        entries |= export_components(specs, preset, tmp, say, built, constants, build_info, trt_info, m, done)
         if build_info:
             constants["build"] = build_info
         if trt_info:

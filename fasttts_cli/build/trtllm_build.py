@@ -79,6 +79,7 @@ class GptSizes:
     stop_mel: int
     start_text: int
     stop_text: int
+    text_in_prompt: bool = False  # IndexTTS-2.5 (trtllm_convert.MergedLayout.text_in_prompt)
 
 
 def engine_flags(layout: tc.MergedLayout, limits: Limits, comp: ComponentSpec) -> list[str]:
@@ -144,8 +145,11 @@ def build_gpt(
         precision=comp.precision,
         tokens=tokens,
         max_beam_width=int(comp.options.get("max_beam_width", 3)),
+        text_in_prompt=sizes.text_in_prompt,
     )
-    layout = tc.layout_from_state(state, n_conds=sizes.n_conds, tokens=tokens)
+    layout = tc.layout_from_state(
+        state, n_conds=sizes.n_conds, tokens=tokens, text_in_prompt=sizes.text_in_prompt
+    )
     del state
     digest_files = [ckpt / tc.CONFIG_FILE, ckpt / tc.WEIGHTS_FILE]
     if backend_choice() != "reference":

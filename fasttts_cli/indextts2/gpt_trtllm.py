@@ -58,10 +58,24 @@ class LinePrompt:
 
     conds: np.ndarray  # (n_conds, D) float32: speaker latents + emovec, speed_emb[1], speed_emb[0]
     text_ids: np.ndarray  # (L,) int64 text token ids (start/stop ids are dropped by the layout)
+    prefix_rows: int | None = None  # IndexTTS-2.5: conds hold the whole prefix, these rows of it
 
     def __len__(self) -> int:
         """Rows of the prefix this line stands for (as `len` of `HostEmbeddings.prefix`'s array)."""
+        if self.prefix_rows is not None:
+            return self.prefix_rows
         return int(self.conds.shape[0]) + int(self.text_ids.size) + 2
+
+    @staticmethod
+    def from_prefix(prefix: np.ndarray, text_ids: Sequence[int] | np.ndarray, n_conds: int) -> LinePrompt:
+        """IndexTTS-2.5's line: its host-made prefix (P, D) as prompt rows, zero-padded to the GPT's
+        n_conds, for a GPT converted with `text_in_prompt` (trtllm_convert.MergedLayout)."""
+        p = np.asarray(prefix, np.float32)
+        if p.shape[0] > n_conds:
+            raise ValueError(f"a {p.shape[0]}-row prefix exceeds the GPT's {n_conds} prompt rows")
+        conds = np.zeros((n_conds, p.shape[1]), np.float32)
+        conds[: p.shape[0]] = p
+        return LinePrompt(conds, np.asarray(text_ids, dtype=np.int64).reshape(-1), int(p.shape[0]))
 
     @staticmethod
     def from_voice(

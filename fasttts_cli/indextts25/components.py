@@ -22,7 +22,9 @@ from fasttts_cli.indextts2.components import (
     W2V_BERT,
     W2V_MEAN,
     W2V_VAR,
+    artifact,
     config_problems,
+    gpt_component,
     io_matches,
     refuse_mismatch,
 )
@@ -33,8 +35,14 @@ MODEL_ID25 = "indextts2.5"
 SUPPORTED_MODEL_VERSIONS25 = ("2.5",)
 CODEC_DECODE = "codec_decode"
 CODEC_DECODE_IO = (("codes", "code_lens"), ("s_infer",))
-SHARED = (W2V_BERT, CAMPPLUS, EMOTION_CONDITIONER, GPT_TRUNK, LENGTH_REGULATOR, DIT_CFG_STEP, VOCODER)
-COMPONENTS25 = (*SHARED, CODEC_DECODE)
+_FIXED25 = (W2V_BERT, CAMPPLUS, EMOTION_CONDITIONER, LENGTH_REGULATOR, DIT_CFG_STEP, VOCODER, CODEC_DECODE)
+
+
+def components25(gpt: str = GPT_TRUNK) -> tuple[str, ...]:
+    """Every component of a 2.5 engine, with the GPT in form `gpt` (the ONNX / TensorRT trunk or the
+    TensorRT-LLM folder: indextts2.components.GPT_FORMS)."""
+    return (*_FIXED25, gpt)
+
 
 # host files (manifest `files` keys): table -> key
 TABLES25 = {
@@ -81,14 +89,14 @@ def check_manifest25(manifest: Manifest, folder: Path) -> None:
     if problems:
         raise EngineMismatchError(f"{folder / 'manifest.json'}: " + "; ".join(problems))
     layers = int(cfg["gpt"]["layers"])
-    graphs = registry.with_artifact(registry.GRAPH)
-    for name in COMPONENTS25:
+    for name in components25(gpt_component(manifest.components)):
         comp = manifest.components.get(name)
         if comp is None:
             problems.append(f"component {name!r} is missing")
             continue
-        if comp.backend not in graphs:
-            problems.append(f"component {name!r} backend {comp.backend!r} (runs: {', '.join(graphs)})")
+        runs = registry.with_artifact(artifact(name))
+        if comp.backend not in runs:
+            problems.append(f"component {name!r} backend {comp.backend!r} (runs: {', '.join(runs)})")
         outs = set(comp.outputs) if comp.outputs else None
         if comp.inputs and not io_matches25(name, layers, set(comp.inputs), outs):
             problems.append(f"component {name!r} inputs {sorted(comp.inputs)} do not match this runtime")

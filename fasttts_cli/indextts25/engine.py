@@ -23,15 +23,16 @@ from fasttts_cli.indextts2 import decode as dec
 from fasttts_cli.indextts2.components import LENGTH_REGULATOR
 from fasttts_cli.indextts2.engine import IndexTTS2Engine, _pad_stack
 from fasttts_cli.indextts2.folder_sessions import FolderSessions
+from fasttts_cli.indextts2.gpt_trtllm import GPT_TRTLLM, LinePrompt
 from fasttts_cli.indextts25.components import (
     CODEC_DECODE,
-    COMPONENTS25,
     MODEL_ID25,
     SPK_PROJ_BIAS,
     SPK_PROJ_WEIGHT,
     TABLES25,
     TOKENIZER,
     check_manifest25,
+    components25,
     io_matches25,
 )
 from fasttts_cli.indextts25.stages25 import Stages25, host_embeddings25
@@ -43,7 +44,7 @@ class FolderSessions25(FolderSessions):
     """FolderSessions with 2.5's component set and IO check."""
 
     def open_all(self) -> None:
-        for name in COMPONENTS25:
+        for name in components25(self.gpt):
             self.get(name)
 
     def _check_io(self, name: str, s: Any) -> None:
@@ -70,7 +71,7 @@ class IndexTTS25Engine(Stages25, IndexTTS2Engine):
         self, folder: Path, manifest: Manifest, preset: Preset, options: SessionOptions | None = None
     ) -> None:
         super().__init__(folder, manifest, preset, options)
-        self.sessions = FolderSessions25(folder, manifest, self.options)
+        self.sessions = FolderSessions25(folder, manifest, self.options, {GPT_TRTLLM: self._trtllm_context})
         self.code_upsample = int(manifest.config["s2mel"].get("code_upsample", 2))
         self._spk_proj: tuple[np.ndarray, np.ndarray] | None = None
         self._lang: np.ndarray | None = None
@@ -109,6 +110,27 @@ class IndexTTS25Engine(Stages25, IndexTTS2Engine):
         if self._spk_proj is None:
             self._spk_proj = (self._table(SPK_PROJ_WEIGHT), self._table(SPK_PROJ_BIAS))
         return self._spk_proj
+
+    # ------------------------------------------------------------------------------- GPT
+
+    @property
+    def trtllm_prompt_rows(self) -> int:
+        """The TensorRT-LLM GPT's prompt rows per line: the 3 conditioning rows and every text position
+        (the whole 2.5 prefix goes through its prompt table: trtllm_convert.MergedLayout.text_in_prompt)."""
+        return 3 + int(self.embeddings.text_pos.shape[0])
+
+    def _trtllm_context(self) -> dict[str, Any]:
+        return {"emb": self.embeddings, "n_conds": self.trtllm_prompt_rows}
+
+    def prefix25(
+        self, spk_row: np.ndarray, emovec: np.ndarray, text_ids: Sequence[int], lang_index: int
+    ) -> Any:
+        """Stages25.prefix25, as this folder's GPT takes it: the (P, D) array for the ONNX / TensorRT
+        trunk, or for TensorRT-LLM the same rows as the line's prompt table."""
+        prefix = super().prefix25(spk_row, emovec, text_ids, lang_index)
+        if GPT_TRTLLM not in self.manifest.components:
+            return prefix
+        return LinePrompt.from_prefix(prefix, text_ids, self.trtllm_prompt_rows)
 
     # ------------------------------------------------------------------------------- stage 4
 

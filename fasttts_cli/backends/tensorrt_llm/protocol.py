@@ -223,8 +223,10 @@ def layout_from_config(config: Mapping[str, Any], where: Path) -> tc.MergedLayou
         )
     keys = ("n_mel", "text_vocab", "mel_pos_rows", "text_pos_rows", "n_conds")
     keys += ("start_mel", "stop_mel", "start_text", "stop_text")
-    try:
-        return tc.MergedLayout(**{k: int(sec[k]) for k in keys})
+    try:  # text_in_prompt: absent in GPTs converted before IndexTTS-2.5 (0 = text ids through the table)
+        return tc.MergedLayout(
+            **{k: int(sec[k]) for k in keys}, text_in_prompt=int(sec.get("text_in_prompt", 0))
+        )
     except (KeyError, TypeError, ValueError) as e:
         raise EngineError(f"{where}: bad 'indextts2' section in config.json: {e}") from None
 

@@ -98,6 +98,10 @@ class MergedLayout:
     stop_mel: int = 8193
     start_text: int = 0
     stop_text: int = 1
+    # IndexTTS-2.5: the text rows come through the prompt table too (2.5 adds the line's language row to
+    # every text row, which no token lookup can): line b's prefix is prompt rows 0 .. base + L + 1 of its
+    # table (base = n_conds - text_pos_rows conditioning rows, then start, ids, stop as the host made them)
+    text_in_prompt: int = 0
 
     @property
     def vocab_size(self) -> int:
@@ -128,6 +132,9 @@ class MergedLayout:
         full = np.concatenate([[self.start_text], t, [self.stop_text]])
         if full.size > self.text_pos_rows:
             raise ValueError(f"{t.size} text tokens exceed the {self.text_pos_rows - 2} text positions")
+        if self.text_in_prompt:
+            n = self.n_conds - self.text_pos_rows + full.size
+            return self.vocab_size + np.arange(n, dtype=np.int64), np.full(n, self.zero_position, np.int64)
         ids = np.concatenate([self.vocab_size + np.arange(self.n_conds), self.text_offset + full])
         pos = np.concatenate(
             [np.full(self.n_conds, self.zero_position), self.text_pos_offset + np.arange(full.size)]
@@ -283,10 +290,15 @@ def n_conds_from_state(state: Mapping[str, np.ndarray]) -> int:
 
 
 def layout_from_state(
-    state: Mapping[str, np.ndarray], *, n_conds: int, tokens: Mapping[str, int] | None = None
+    state: Mapping[str, np.ndarray],
+    *,
+    n_conds: int,
+    tokens: Mapping[str, int] | None = None,
+    text_in_prompt: bool = False,
 ) -> MergedLayout:
     t = dict(tokens or {})
     return MergedLayout(
+        text_in_prompt=int(text_in_prompt),
         n_mel=int(state["mel_embedding.weight"].shape[0]),
         text_vocab=int(state["text_embedding.weight"].shape[0]),
         mel_pos_rows=int(state["mel_pos_embedding.emb.weight"].shape[0]),
@@ -360,13 +372,15 @@ def write_checkpoint(
     norm_epsilon: float = 1e-5,
     tokens: Mapping[str, int] | None = None,
     max_beam_width: int = 3,
+    text_in_prompt: bool = False,
 ) -> Path:
     """Write config.json + rank0.safetensors for the GPT of `state` (official gpt.pth names, numpy).
-    `heads` comes from config.yaml (tensors do not carry it); n_conds = num_latents + 2."""
+    `heads` comes from config.yaml (tensors do not carry it); n_conds = num_latents + 2 (IndexTTS-2.5,
+    `text_in_prompt`: 3 + the text positions, see MergedLayout.text_in_prompt)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     layers = len({k.split(".")[2] for k in state if k.startswith("gpt.h.")})
-    layout = layout_from_state(state, n_conds=n_conds, tokens=tokens)
+    layout = layout_from_state(state, n_conds=n_conds, tokens=tokens, text_in_prompt=text_in_prompt)
     weights = convert_weights(state, layers)
     d = weights["transformer.ln_f.weight"].shape[0]
     cfg = make_config(
