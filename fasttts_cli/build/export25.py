@@ -8,7 +8,11 @@ Against a v2 engine folder (export.py):
   frames input, the same graph that makes the prompt condition);
 - `codec_decode`: codes (B, n) + code_lens (B,) -> S_infer (B, 2n, 1024) at 50 Hz;
 - host tables: the GPT's text/mel tables, `lang_embedding` (one row per language) and `spk_emb_proj`;
-  the tiktoken rank file instead of bpe.model; manifest model_id "indextts2.5".
+  the tiktoken rank file instead of bpe.model; manifest model_id "indextts2.5";
+- a GPT on TensorRT-LLM (w8a16 / w4a16) is v2's conversion with the whole prefix as prompt rows
+  (3 conditioning rows + the text positions, `text_in_prompt`): the language row rides in every text row.
+TensorRT components are planned as v2's are (export_components -> tensorrt_build; profiles know 2.5's
+shapes from the manifest's `s2mel.code_upsample`).
 The shared graphs (w2v-BERT, CAMPPlus, emotion conditioner, GPT trunk, length regulator, DiT step,
 BigVGAN) are graphs.py's, exported from the 2.5 modules.
 """

@@ -88,10 +88,12 @@ def engine_flags(layout: tc.MergedLayout, limits: Limits, comp: ComponentSpec) -
 
     Beams are batch rows to our worker (it samples, TensorRT-LLM runs greedy), so the engine's batch is
     the preset's lines times its beam width and `--max_beam_width` stays 1. The longest context is the
-    latent pass: conditioning rows + every text position + every mel position."""
+    latent pass: conditioning rows + every text position + every mel position (IndexTTS-2.5's prompt rows
+    include the text positions)."""
     beams = int(comp.options.get("max_beam_width", 3))
     rows = limits.max_batch * beams
-    longest = layout.n_conds + layout.text_pos_rows + layout.mel_pos_rows
+    text = 0 if layout.text_in_prompt else layout.text_pos_rows  # 2.5: the text rows are prompt rows
+    longest = layout.n_conds + text + layout.mel_pos_rows
     return [
         "--gpt_attention_plugin", "auto",
         "--gemm_plugin", "auto",

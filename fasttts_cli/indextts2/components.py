@@ -8,7 +8,7 @@ GPT as a worker folder on a backend whose artifact is a folder (TensorRT-LLM).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -137,23 +137,36 @@ def built_for_target_frames(manifest: Manifest) -> bool:
     return comp is not None and takes_target_frames(set(comp.inputs))
 
 
-def _component_problems(name: str, comp: ComponentEntry, layers: int, folder: Path) -> list[str]:
-    kind = artifact(name)
-    runs = registry.with_artifact(kind)
-    problems = []
-    if comp.backend not in runs:
-        problems.append(f"component {name!r} backend {comp.backend!r} (runs: {', '.join(runs)})")
-    if kind == registry.FOLDER:
-        if not (folder / comp.file).is_dir():
-            problems.append(f"component {name!r}: folder {comp.file!r} is missing")
-        return problems  # a worker folder has no IO names to check
-    ins, outs = required_io(layers)[name]
-    outs_have = set(comp.outputs) if comp.outputs else None
-    if comp.inputs and not io_matches(name, layers, set(comp.inputs), outs_have):
-        problems.append(
-            f"component {name!r} inputs {sorted(comp.inputs)} / outputs {sorted(comp.outputs)}, "
-            f"expected {sorted(ins)} / {sorted(outs)}"
-        )
+def components_problems(
+    names: Sequence[str],
+    manifest: Manifest,
+    layers: int,
+    folder: Path,
+    matches: Callable[[str, int, set[str], set[str] | None], bool] = io_matches,
+) -> list[str]:
+    """What is wrong with the manifest's components `names` (missing; a backend that cannot run its
+    artifact kind; a worker folder absent; graph IO that `matches` refuses), one message each."""
+    problems: list[str] = []
+    for name in names:
+        comp = manifest.components.get(name)
+        if comp is None:
+            problems.append(f"component {name!r} is missing")
+            continue
+        kind = artifact(name)
+        runs = registry.with_artifact(kind)
+        if comp.backend not in runs:
+            problems.append(f"component {name!r} backend {comp.backend!r} (runs: {', '.join(runs)})")
+        if kind == registry.FOLDER:
+            if not (folder / comp.file).is_dir():
+                problems.append(f"component {name!r}: folder {comp.file!r} is missing")
+            continue  # a worker folder has no IO names to check
+        outs_have = set(comp.outputs) if comp.outputs else None
+        if comp.inputs and not matches(name, layers, set(comp.inputs), outs_have):
+            want = required_io(layers).get(name)
+            expected = f", expected {sorted(want[0])} / {sorted(want[1])}" if want else ""
+            problems.append(
+                f"component {name!r} inputs {sorted(comp.inputs)} / outputs {sorted(comp.outputs)}{expected}"
+            )
     return problems
 
 
@@ -182,12 +195,9 @@ def check_manifest(manifest: Manifest, folder: Path) -> None:
     if problems:
         raise EngineMismatchError(f"{folder / 'manifest.json'}: " + "; ".join(problems))
     layers = int(cfg["gpt"]["layers"])
-    for name in runtime_components(gpt_component(manifest.components)):
-        comp = manifest.components.get(name)
-        if comp is None:
-            problems.append(f"component {name!r} is missing")
-            continue
-        problems += _component_problems(name, comp, layers, folder)
+    problems += components_problems(
+        runtime_components(gpt_component(manifest.components)), manifest, layers, folder
+    )
     needed = [Path(f).stem for f in dec.TABLE_FILES.values()] + [
         W2V_MEAN,
         W2V_VAR,

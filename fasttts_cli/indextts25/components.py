@@ -22,13 +22,12 @@ from fasttts_cli.indextts2.components import (
     W2V_BERT,
     W2V_MEAN,
     W2V_VAR,
-    artifact,
+    components_problems,
     config_problems,
     gpt_component,
     io_matches,
     refuse_mismatch,
 )
-from fasttts_cli.spec import registry
 from fasttts_cli.spec.engine_folder import Manifest
 
 MODEL_ID25 = "indextts2.5"
@@ -89,16 +88,7 @@ def check_manifest25(manifest: Manifest, folder: Path) -> None:
     if problems:
         raise EngineMismatchError(f"{folder / 'manifest.json'}: " + "; ".join(problems))
     layers = int(cfg["gpt"]["layers"])
-    for name in components25(gpt_component(manifest.components)):
-        comp = manifest.components.get(name)
-        if comp is None:
-            problems.append(f"component {name!r} is missing")
-            continue
-        runs = registry.with_artifact(artifact(name))
-        if comp.backend not in runs:
-            problems.append(f"component {name!r} backend {comp.backend!r} (runs: {', '.join(runs)})")
-        outs = set(comp.outputs) if comp.outputs else None
-        if comp.inputs and not io_matches25(name, layers, set(comp.inputs), outs):
-            problems.append(f"component {name!r} inputs {sorted(comp.inputs)} do not match this runtime")
+    names = components25(gpt_component(manifest.components))
+    problems += components_problems(names, manifest, layers, folder, io_matches25)
     problems += [f"file {k!r} is not listed" for k in FILES25 if k not in manifest.files]
     refuse_mismatch(folder, "IndexTTS-2.5", problems)
