@@ -162,3 +162,15 @@ def test_the_cli_speaks_japanese_from_a_2_5_checkpoint_folder(
     assert r["engine"]["kind"] == "torch" and r["engine"]["identity"].startswith("indextts25-torch@")
     audio, sr = sf.read(str(out))
     assert sr == 22050 and audio.size > 0
+
+
+def test_doctor_names_a_2_5_checkpoint_folder_as_a_torch_engine(
+    checkpoint25_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fasttts_cli.app.doctor import check_engines
+    from fasttts_cli.synth.engine_select import ENV_VAR
+
+    monkeypatch.setenv(ENV_VAR, str(checkpoint25_dir))
+    (row,) = [c for c in check_engines() if c.name == f"engine {checkpoint25_dir.name}"]
+    assert "indextts2.5 checkpoint directory" in row.detail and "random weights" in row.detail
+    assert "manifest.json" not in row.detail  # not reported as a broken engine folder

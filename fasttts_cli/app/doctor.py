@@ -128,13 +128,33 @@ def _engine_folders() -> list[Path]:
     return found
 
 
+def _checkpoint_row(p: Path) -> Check:
+    """A checkpoint directory as an engine: which model its files say it is (IndexTTS-2 or 2.5)."""
+    from fasttts_cli.app.engine_load import engine_random_weights, random_weights_warning
+    from fasttts_cli.nets.release_layout25 import detect_model_version
+    from fasttts_cli.synth.engine_select import TORCH, EngineSelection
+
+    try:
+        model = detect_model_version(p)
+    except FastTTSError as e:
+        return Check("engines", f"engine {p.name}", WARN, e.message, e.hint or "")
+    what = f"{p}: {model} checkpoint directory (torch backend: gpu-torch-fp16 / gpu-torch-bf16)"
+    sel = EngineSelection(TORCH, p, "doctor")
+    if engine_random_weights(sel):
+        return Check("engines", f"engine {p.name}", WARN, f"{what}; {random_weights_warning(sel)}")
+    return Check("engines", f"engine {p.name}", OK, what)
+
+
 def check_engines() -> list[Check]:
     from fasttts_cli.spec.engine_folder import read_manifest
-    from fasttts_cli.synth.engine_select import ENV_VAR, engines_root, select_engine
+    from fasttts_cli.synth.engine_select import ENV_VAR, engines_root, is_checkpoint_dir, select_engine
 
     rows = []
     folders = _engine_folders()
     for p in folders:
+        if is_checkpoint_dir(p):  # $FASTTTS_ENGINE may name a checkpoint folder: the torch backend runs it
+            rows.append(_checkpoint_row(p))
+            continue
         try:
             m = read_manifest(p)
             what = f"{p}: {m.model_id} {m.model_version}, preset {m.preset}"
