@@ -21,7 +21,10 @@ LAYERS: list[tuple[str, frozenset[str]]] = [
     ("cli", frozenset({"cli", "__main__"})),  # Typer commands: parse flags, render results
     ("tools", frozenset({"tools"})),  # bench, GPU acceptance programs, fakes of GPU libraries
     ("app", frozenset({"app"})),  # dub / synth / inspect as stage sequences, engine loading, doctor
-    ("dubbing", frozenset({"dubbing"})),  # script readers, plan, timing, line cache, work folder
+    (
+        "dubbing",
+        frozenset({"dubbing", "casting"}),
+    ),  # script readers, plan, timing, line cache, work folder, cast
     ("build", frozenset({"build"})),  # checkpoint -> engine folder: export, quantize, engine builds
     ("indextts2", frozenset({"indextts2", "indextts25"})),  # the model: front end, stage flows, decoding, CFM
     ("synth", frozenset({"synth"})),  # the Synthesizer contract, engine selection, the draft voice
