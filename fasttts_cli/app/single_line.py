@@ -17,7 +17,7 @@ from fasttts_cli.app.engine_load import (
     random_weights_warning,
 )
 from fasttts_cli.app.inspection import forecast_duration
-from fasttts_cli.app.job import AUDIO_EXTS, SYNTH_FAILURE_POLICIES, DubOptions, LineState, check_writable
+from fasttts_cli.app.job import AUDIO_EXTS, SYNTH_FAILURE_POLICIES, LineState, check_writable
 from fasttts_cli.app.progress import QUIET, Reporter
 from fasttts_cli.app.rendering import render_one
 from fasttts_cli.app.synthesis import seed_of, synth_with_guard
@@ -107,9 +107,7 @@ def synth_one(
             )
 
         with rep.stage("synthesize"):
-            res, retries, problem = synth_with_guard(
-                DubOptions(script=Path("-"), max_retries=so.max_retries), synth, {1: st}, [1], on_final=final
-            )[1]
+            res, retries, problem = synth_with_guard(so.max_retries, synth, {1: st}, [1], on_final=final)[1]
         natural = None
         if problem is None and res is not None and res.ok:
             natural = res.natural

@@ -182,7 +182,7 @@ def _synthesize(
                 rtf = (secs / dur) if dur else None
                 rep.line_done(i, cached=False, duration=dur, rtf=rtf, retries=st.retries, error=st.error)
 
-            synth_with_guard(o, synth, states, ids, on_final=final)
+            synth_with_guard(o.max_retries, synth, states, ids, on_final=final)
             rep.batch_done(bno, len(ids), time.monotonic() - t0, audio_s)
             for i in ids:
                 st = states[i]
@@ -208,7 +208,7 @@ def seed_of(seed: int, attempt: int) -> int:
 
 
 def synth_with_guard(
-    o: DubOptions,
+    max_retries: int,
     synth: Synthesizer,
     states: dict[int, LineState],
     ids: list[int],
@@ -245,7 +245,7 @@ def synth_with_guard(
                     else guard.check(states[i].line.text, res.natural, res.hit_token_limit)
                 )
             out[i] = (res, n, problem)
-            if problem is not None and n < o.max_retries:
+            if problem is not None and n < max_retries:
                 again.append(i)
             elif on_final is not None:
                 on_final(i, res, n, problem, spent[i])

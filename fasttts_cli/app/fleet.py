@@ -1,0 +1,153 @@
+"""Where lines are planned: the seam between a run's driver (which owns the caches, the reports and the
+order of things) and the engines that plan its lines (the GPT phase), in this process or in others.
+
+The driver hands a pool batches of `LineTask`s; the pool plans each task with the runaway guard and its
+retries (`synthesis.synth_with_guard`, the same code a single `dub` runs) and hands each `LineOutcome` back
+to the driver's `on_final` the moment it is final; only the driver writes the content-addressed cache. A
+task carries everything its outcome depends on (text, reference file, emotion, seed, language), so a line's
+plan never depends on its batch-mates, its worker or its job.
+
+`LocalPool` plans in this process on an engine the caller holds; pools of worker processes and Ray actors
+implement the same `Pool` protocol (see `open_pool`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from fasttts_cli.synth.synthesizer import EmotionSpec, LinePlan, Synthesizer, Voice
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """How a worker loads its own engine (picklable: it travels to worker processes and Ray actors)."""
+
+    engine: str | None  # the --engine value (None: $FASTTTS_ENGINE, then the default selection)
+    preset: str | None
+    device: str | None = None  # "cuda:1", "cpu"; None: the preset's default
+    voices_dir: Path | None = None  # where prepared voice conditioning is cached on disk
+
+
+@dataclass(frozen=True)
+class LineTask:
+    """One line to plan, self-contained. `key` is the driver's cache key for the line's plan."""
+
+    key: str
+    text: str
+    voice: Path  # the reference audio file
+    voice_name: str
+    emotion: EmotionSpec
+    seed: int
+    lang: str | None = None
+    label: str = ""  # for messages: "<script>: line N"
+
+
+@dataclass
+class LineOutcome:
+    """A task's final outcome: its plan (None when it failed), the retries spent, the problem that remains
+    (None: ok), the engine seconds over its attempts, and which worker planned it."""
+
+    key: str
+    plan: LinePlan | None
+    retries: int
+    problem: str | None
+    seconds: float
+    worker: str = "local"
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None and self.plan is not None and self.plan.payload is not None
+
+
+OnFinal = Callable[[LineOutcome], None]
+
+
+class Pool(Protocol):
+    """Engines that plan batches of tasks. `run` returns once every task's outcome was handed to
+    `on_final` (in any order across batches; within a batch as its engine reports rows)."""
+
+    workers: int
+
+    def identity(self) -> str:
+        """The engines' `Synthesizer.identity()` (every worker runs the same engine build and preset)."""
+        ...
+
+    def run(self, batches: Sequence[Sequence[LineTask]], max_retries: int, on_final: OnFinal) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class _TaskLine:
+    """What the guard reads of a plan line."""
+
+    text: str
+    source: str
+    index: int
+
+
+class VoiceMemo:
+    """Each (reference, emotion) prepared once per engine, whatever job or batch asks for it."""
+
+    def __init__(self, synth: Synthesizer) -> None:
+        self.synth = synth
+        self._voices: dict[tuple[Path, str, str], Voice] = {}
+
+    def get(self, task: LineTask) -> Voice:
+        k = (task.voice, task.voice_name, task.emotion.key())
+        if k not in self._voices:
+            self._voices[k] = self.synth.prepare_voice(task.voice, name=task.voice_name, emotion=task.emotion)
+        return self._voices[k]
+
+
+def plan_tasks(
+    synth: Synthesizer,
+    voices: VoiceMemo,
+    tasks: Sequence[LineTask],
+    max_retries: int,
+    on_final: OnFinal,
+    worker: str = "local",
+) -> None:
+    """Plan one batch on `synth` with the guard and retries; the worker side of every pool."""
+    from fasttts_cli.app.job import LineState
+    from fasttts_cli.app.synthesis import synth_with_guard
+
+    states = {
+        i: LineState(_TaskLine(t.text, t.label, i), voices.get(t), t.seed, t.key, t.lang)
+        for i, t in enumerate(tasks)
+    }
+
+    def final(i: int, plan: LinePlan | None, retries: int, problem: str | None, secs: float) -> None:
+        on_final(LineOutcome(tasks[i].key, plan, retries, problem, secs, worker))
+
+    synth_with_guard(max_retries, synth, states, list(states), on_final=final)
+
+
+class LocalPool:
+    """Plans in this process on an engine the caller loaded (and closes)."""
+
+    workers = 1
+
+    def __init__(self, synth: Synthesizer) -> None:
+        self.synth = synth
+        self.voices = VoiceMemo(synth)
+
+    def identity(self) -> str:
+        return self.synth.identity()
+
+    def run(self, batches: Sequence[Sequence[LineTask]], max_retries: int, on_final: OnFinal) -> None:
+        for tasks in batches:
+            plan_tasks(self.synth, self.voices, tasks, max_retries, on_final)
+
+    def close(self) -> None:
+        pass  # the engine is the caller's
+
+
+def open_pool(spec: EngineSpec, *, synth: Synthesizer | None = None, **how: Any) -> Pool:
+    """A pool for `spec`: in this process on `synth` when given and nothing else is asked for. Worker
+    processes (`workers=N`, `devices=[...]`) and Ray (`ray=ADDRESS`) come with their own modules."""
+    if synth is not None and not any(how.values()):
+        return LocalPool(synth)
+    raise NotImplementedError(f"no pool for {how}")
