@@ -9,7 +9,6 @@ value types a cast holds (strings, numbers, lists of them), so no TOML library i
 
 from __future__ import annotations
 
-import hashlib
 import math
 import tomllib
 from collections.abc import Mapping
@@ -19,6 +18,7 @@ from typing import Any
 
 from fasttts_cli.dubbing.cache import atomic_write_text
 from fasttts_cli.errors import InputError
+from fasttts_cli.spec.engine_folder import file_sha256  # noqa: F401 (the cast records sources by it)
 
 CAST_HINT = "make one with `fasttts cast VIDEO SUBS -o FILE`, or a dub with --voice NAME=from-video"
 
@@ -33,14 +33,6 @@ class CastEntry:
     seconds: float
     score: float
     extra: dict[str, Any] = field(default_factory=dict)  # cues / confidence from `fasttts cast`
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _string(s: str) -> str:

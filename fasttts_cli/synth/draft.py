@@ -31,7 +31,6 @@ run (flatter prosody); the seed is recorded in cache keys either way, as the Syn
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
 import re
@@ -51,6 +50,7 @@ import soundfile as sf
 from fasttts_cli import __version__
 from fasttts_cli.audio.tempo import change_tempo, fit_length
 from fasttts_cli.errors import FastTTSError, MissingDependencyError
+from fasttts_cli.spec import engine_folder
 from fasttts_cli.synth.synthesizer import (
     EmotionSpec,
     LinePlan,
@@ -156,11 +156,7 @@ def find_piper() -> PiperInstall:
 @functools.cache
 def _file_sha256(path: Path, size: int, mtime_ns: int) -> str:
     # size and mtime are part of the cache key so a replaced file is hashed again.
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    return engine_folder.file_sha256(path)
 
 
 def file_sha256(path: Path) -> str:
