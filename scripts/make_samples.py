@@ -16,8 +16,8 @@ How they are made (all deterministic: same ffmpeg and Piper build -> same bytes)
   speakers, ALICE and BOB, speaking DIALOGUE's lines (not in turn: some speak twice in a row) under the
   demo's music bed, for `fasttts cast` and `--voice from-video`. The voices are Piper's joe re-voiced with
   WORLD (scripts/dialogue_sample.py says how): ALICE f0 x1.7 with formants x1.18, BOB f0 x0.9 with
-  formants x0.96, spoken slower. SMPTE bars, 320x180 at 10 fps, stereo AAC 64 kb/s, to keep the file small. Needs the
-  `draft` and `bench` extras (Piper, pyworld).
+  formants x0.96, spoken slower. SMPTE bars, 320x180 at 10 fps, stereo AAC 64 kb/s, to keep the file
+  small. Needs the `draft` and `bench` extras (Piper, pyworld).
 
 Run: `python scripts/make_samples.py [--out samples] [--only demo|voices|dialogue]`.
 """
