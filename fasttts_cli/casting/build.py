@@ -5,7 +5,7 @@ them (castfile.py)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -40,10 +40,13 @@ def build_cast(
     work_dir: Path,
     *,
     flag: str = "--voice NAME=from-video",
+    ref_dir: Path | None = None,
+    on_short: Callable[[str, float], None] | None = None,
 ) -> list[CastEntry]:
     """One CastEntry per speaker in `speakers` (None: the lines without a speaker), references written under
-    `work_dir/cast/` and the whole cast to `work_dir/cast.toml`. A speaker with under MIN_SECONDS of clean
-    solo speech is a UsageError naming the speaker and the seconds found."""
+    `ref_dir` (default `work_dir/cast/`). A speaker with under MIN_SECONDS of clean solo speech is a
+    UsageError naming the speaker and the seconds found, or, given `on_short`, reported to it (name,
+    seconds found) and left out."""
     audio = load_audio(source, REF_SR)
     levels = programme_levels(audio, REF_SR)
     sha = file_sha256(source)
@@ -52,6 +55,9 @@ def build_cast(
     for speaker in speakers:
         name = speaker.strip() if speaker and speaker.strip() else DEFAULT_NAME
         ref, found = build_reference(audio, REF_SR, solo_spans(cues, speaker), levels)
+        if ref is None and on_short is not None:
+            on_short(name, found)
+            continue
         if ref is None:
             who = f"speaker {name!r}" if speaker else "the lines without a speaker"
             raise UsageError(
@@ -63,7 +69,7 @@ def build_cast(
         while stem in used:
             stem += "_"
         used.add(stem)
-        path = write_wav(work_dir / "cast" / f"{stem}.wav", ref.audio, ref.sample_rate)
+        path = write_wav((ref_dir or work_dir / "cast") / f"{stem}.wav", ref.audio, ref.sample_rate)
         entries.append(CastEntry(name, path, str(source), sha, ref.spans, ref.seconds, ref.score))
     return entries
 

@@ -275,6 +275,7 @@ def _print_inspect(r: dict[str, Any]) -> None:
 # isort: off
 from fasttts_cli.cli import engines as cli_engines  # noqa: E402, F401
 from fasttts_cli.cli import bench as cli_bench  # noqa: E402, F401
+from fasttts_cli.cli import cast as cli_cast  # noqa: E402, F401
 # isort: on
 
 # ---- entry point ---------------------------------------------------------------------------------

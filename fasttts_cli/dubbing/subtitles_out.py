@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from fasttts_cli.dubbing.readers_table import SCRIPT_COLUMNS
+
 # Formats written as themselves; anything else is written as SRT.
 OWN_FORMATS = ("srt", "vtt", "ass", "ssa")
 
@@ -121,3 +123,22 @@ def format_ass(entries: Sequence[SubtitleEntry], *, header: str | None = None, s
         for e in entries
     ]
     return head.rstrip("\n") + "\n\n[Events]\nFormat: " + fmt + "\n" + "\n".join(rows) + "\n"
+
+
+def format_table(entries: Sequence[SubtitleEntry], kind: str) -> str:
+    """TSV or CSV with the script columns `start, end, speaker, text` (what readers_table reads back).
+    TSV has no quoting: tabs and line breaks in the text become spaces; CSV quotes as the csv module does."""
+    import csv
+    import io
+
+    rows = [
+        (_hms(e.start, ","), _hms(e.end, ","), e.speaker or "", " ".join(_lines(e.text))) for e in entries
+    ]
+    if kind == "tsv":
+        clean = [tuple(" ".join(f.split()) for f in r) for r in rows]
+        return "\n".join("\t".join(r) for r in [SCRIPT_COLUMNS, *clean]) + "\n"
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(SCRIPT_COLUMNS)
+    w.writerows(rows)
+    return buf.getvalue()

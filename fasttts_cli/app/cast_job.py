@@ -1,0 +1,227 @@
+"""`fasttts cast VIDEO SUBS`: who speaks when, for subtitles without speaker labels.
+
+Stages (each timed in the result's `timings`): load the speaker encoder (the configured engine's CAM++, else
+Resemblyzer), decode the video's audio at 16 kHz, embed each timed cue's audio, cluster the embeddings
+(casting.cluster states the rule and the confidence), and with `-o FILE` write the subtitles back labeled
+SPEAKER_1..N (format from FILE's extension) and `<FILE stem>.cast.toml` beside it, whose references are cut
+from each speaker's own cues as `--voice NAME=from-video` cuts them, under `<FILE stem>.cast/`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fasttts_cli.app.progress import Reporter
+from fasttts_cli.dubbing.cues import Cue
+from fasttts_cli.errors import InputError, MissingDependencyError, UsageError
+
+SPEAKER = "SPEAKER_{}"
+# Output extension -> the format written (README, `fasttts cast`).
+LABELED_FORMATS = {".ass": "ass", ".ssa": "ssa", ".vtt": "vtt", ".tsv": "tsv", ".csv": "csv", ".srt": "srt"}
+
+
+@dataclass
+class CastOptions:
+    video: Path
+    subtitles: Path
+    output: Path | None = None
+    speakers: int | None = None
+    engine: str | None = None
+    preset: str | None = None
+    input_format: str | None = None
+    encoding: str | None = None
+    styles: str | None = None
+
+
+def cast_path_for(output: Path) -> Path:
+    return output.with_name(f"{output.stem}.cast.toml")
+
+
+def _timed_cues(opts: CastOptions) -> tuple[list[Cue], Any]:
+    from fasttts_cli.dubbing.readers import parse_styles, read_script_full
+
+    got = read_script_full(
+        opts.subtitles, fmt=opts.input_format, styles=parse_styles(opts.styles), encoding=opts.encoding
+    )
+    spoken = [c for c in got.cues if c.text.strip()]
+    if spoken and not any(c.timed for c in spoken):
+        raise InputError(
+            opts.subtitles,
+            "has no timings: `fasttts cast` cuts each cue's audio from the video by its times",
+            hint="give timed subtitles (.srt .vtt .ass .tsv/.csv with start and end)",
+        )
+    cues = [c for c in spoken if c.timed and c.end > c.start]  # type: ignore[operator]
+    if len(cues) < 2:
+        raise InputError(
+            opts.subtitles,
+            f"only {len(cues)} timed cue(s) with text: telling speakers apart needs at least 2",
+        )
+    return cues, got
+
+
+def _check(opts: CastOptions, n_cues: int) -> str | None:
+    if not opts.video.exists():
+        raise InputError(opts.video, "no such file", hint="VIDEO is the video (or audio) the subtitles time")
+    if opts.speakers is not None and not 1 <= opts.speakers <= n_cues:
+        raise UsageError(
+            f"--speakers {opts.speakers}: must be between 1 and the number of cues ({n_cues})",
+            hint="leave it out to find the number of speakers automatically",
+        )
+    if opts.output is None:
+        return None
+    kind = LABELED_FORMATS.get(opts.output.suffix.lower())
+    if kind is None:
+        raise UsageError(
+            f"-o {opts.output}: cannot tell the format from {opts.output.suffix or 'no extension'!r}",
+            hint=f"end it in one of {', '.join(LABELED_FORMATS)}",
+        )
+    if opts.output.parent and not opts.output.parent.is_dir():
+        raise UsageError(f"-o {opts.output}: folder {str(opts.output.parent)!r} does not exist")
+    return kind
+
+
+def load_encoder(engine: str | None, preset: str | None) -> tuple[Any, str, Any]:
+    """(encoder, description, what to close): the engine's CAM++ when one is configured, else Resemblyzer."""
+    from fasttts_cli.casting.embed import ResemblyzerEncoder, StyleEncoder
+    from fasttts_cli.synth.engine_select import DRAFT, select_engine
+
+    selection = select_engine(engine)
+    if selection.kind == DRAFT:
+        return ResemblyzerEncoder(), "resemblyzer (GE2E, bundled weights)", None
+    from fasttts_cli.app.engine_load import load_synthesizer
+
+    synth = load_synthesizer(selection, preset)
+    style = getattr(getattr(synth, "engine", None), "style", None)
+    if style is None:
+        synth.close()
+        raise MissingDependencyError(
+            f"engine {selection.path}: it has no CAM++ speaker encoder to tell speakers apart",
+            hint="use an IndexTTS-2 engine folder, or --engine draft for Resemblyzer",
+        )
+    return StyleEncoder(style), f"campplus ({selection.kind} engine {selection.path})", synth
+
+
+def _write(
+    opts: CastOptions,
+    kind: str,
+    cues: list[Cue],
+    names: list[str],
+    conf: list[float],
+    header: str | None,
+    rep: Reporter,
+) -> tuple[Path, Path | None, dict[str, Any]]:
+    from dataclasses import replace
+
+    from fasttts_cli.casting.build import build_cast
+    from fasttts_cli.casting.castfile import write_cast
+    from fasttts_cli.dubbing.cache import atomic_write_text
+    from fasttts_cli.dubbing.subtitles_out import SubtitleEntry, format_subtitles, format_table
+
+    assert opts.output is not None
+    labeled = [replace(c, speaker=n) for c, n in zip(cues, names, strict=True)]
+    entries = [
+        SubtitleEntry(
+            c.start, c.end, f"{c.speaker}: {c.text}" if kind == "srt" else c.text, c.speaker, c.style
+        )  # type: ignore[arg-type]
+        for c in labeled
+    ]
+    if kind in ("tsv", "csv"):
+        text = format_table(entries, kind)
+    else:
+        text = format_subtitles(kind, entries, header=header if kind in ("ass", "ssa") else None)
+    subs = atomic_write_text(opts.output, text)
+    short: dict[str, float] = {}
+    order = sorted(set(names), key=lambda n: int(n.rsplit("_", 1)[1]))
+    cast_entries = build_cast(
+        labeled,
+        order,
+        opts.video,
+        opts.output.parent,
+        flag="fasttts cast",
+        ref_dir=opts.output.parent / f"{opts.output.stem}.cast",
+        on_short=lambda name, found: short.__setitem__(name, round(found, 2)),
+    )
+    for name, found in short.items():
+        rep.warn(
+            f"{name}: only {found} s of clean speech with no other speaker overlapping (a reference needs "
+            f"3 s): left out of the cast file; give it a voice with --voice {name}=FILE"
+        )
+    with_cues = []
+    for e in cast_entries:
+        mine = [i for i, n in enumerate(names) if n == e.name]
+        extra = {"cues": [cues[i].index for i in mine], "confidence": [conf[i] for i in mine]}
+        with_cues.append(replace(e, extra=extra))
+    if not with_cues:
+        rep.warn("no speaker has 3 s of clean solo speech: no cast file written")
+        return subs, None, {}
+    cast = write_cast(cast_path_for(opts.output), with_cues)
+    refs = {
+        e.name: {"reference": str(e.reference), "seconds": e.seconds, "score": e.score} for e in with_cues
+    }
+    return subs, cast, refs
+
+
+def run_cast(opts: CastOptions, rep: Reporter) -> dict[str, Any]:
+    from fasttts_cli.audio.load import load_audio
+    from fasttts_cli.casting.cluster import cluster_speakers
+    from fasttts_cli.casting.embed import EMBED_SR, embed_cues
+
+    cues, got = _timed_cues(opts)
+    kind = _check(opts, len(cues))
+    with rep.stage("load_encoder"):
+        encoder, described, closer = load_encoder(opts.engine, opts.preset)
+    try:
+        with rep.stage("decode"):
+            audio = load_audio(opts.video, EMBED_SR)
+        end = len(audio) / EMBED_SR
+        past = [c.index for c in cues if c.start >= end]  # type: ignore[operator]
+        if past:
+            rep.warn(f"{len(past)} cue(s) start after the audio ends ({end:.1f} s): cues {past[:10]}")
+        with rep.stage("embed"):
+            emb = embed_cues(audio, cues, encoder)
+    finally:
+        if closer is not None:
+            closer.close()
+    with rep.stage("cluster"):
+        found = cluster_speakers(emb, opts.speakers)
+    names = [SPEAKER.format(lab + 1) for lab in found.labels]
+    outputs: dict[str, str | None] = {"subtitles": None, "cast": None}
+    refs: dict[str, Any] = {}
+    if kind is not None:
+        with rep.stage("write"):
+            subs, cast, refs = _write(opts, kind, cues, names, found.confidence, got.header, rep)
+        outputs = {"subtitles": str(subs), "cast": None if cast is None else str(cast)}
+    speakers = {
+        SPEAKER.format(j + 1): {
+            "cues": names.count(SPEAKER.format(j + 1)),
+            **refs.get(SPEAKER.format(j + 1), {}),
+        }
+        for j in range(found.speakers)
+    }
+    return {
+        "ok": True,
+        "command": "cast",
+        "video": str(opts.video),
+        "subtitles": str(opts.subtitles),
+        "encoder": described,
+        "speakers": found.speakers,
+        "rule": found.rule,
+        "silhouettes": {str(k): v for k, v in found.silhouettes.items()},
+        "cast": speakers,
+        "cues": [
+            {
+                "index": c.index,
+                "start": c.start,
+                "end": c.end,
+                "speaker": n,
+                "confidence": conf,
+                "text": c.text,
+            }
+            for c, n, conf in zip(cues, names, found.confidence, strict=True)
+        ],
+        "outputs": outputs,
+        "warnings": [*got.warnings, *rep.warnings],
+        "timings": rep.timings,
+    }

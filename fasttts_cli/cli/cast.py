@@ -1,0 +1,63 @@
+"""`fasttts cast VIDEO SUBS`: who speaks when (speaker labels for unlabeled subtitles, and a cast file)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from fasttts_cli.app.progress import Reporter
+from fasttts_cli.cli.shared import (
+    EXIT_CODES_HELP,
+    EncodingOpt,
+    EngineOpt,
+    FormatOpt,
+    Job,
+    PresetOpt,
+    StylesOpt,
+    command,
+)
+
+
+@command("cast", progress=True, epilog=EXIT_CODES_HELP)
+def cast(
+    video: Annotated[Path, typer.Argument(help="The video (or audio) the subtitles are timed to.")],
+    subtitles: Annotated[Path, typer.Argument(help="Timed subtitles: .srt .vtt .ass .ssa .tsv .csv .jsonl.")],
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "-o",
+            "--output",
+            metavar="FILE",
+            help="Write the subtitles labeled SPEAKER_1..N (.ass .ssa .vtt .tsv .csv .srt) and "
+            "<FILE stem>.cast.toml beside it.",
+        ),
+    ] = None,
+    speakers: Annotated[
+        int | None, typer.Option("--speakers", metavar="N", help="Force N speakers (default: found).")
+    ] = None,
+    engine: EngineOpt = None,
+    preset: PresetOpt = None,
+    input_format: FormatOpt = None,
+    encoding: EncodingOpt = None,
+    styles: StylesOpt = None,
+) -> Job:
+    """Tell who speaks each cue: embed each cue's audio, cluster the voices, label the cues."""
+    from fasttts_cli.app.cast_job import CastOptions, run_cast
+
+    opts = CastOptions(video, subtitles, output, speakers, engine, preset, input_format, encoding, styles)
+
+    def body(rep: Reporter) -> dict[str, Any]:
+        return run_cast(opts, rep)
+
+    def human(r: dict[str, Any]) -> None:
+        for c in r["cues"]:
+            text = c["text"].replace("\n", " ")
+            print(f"{c['index']:>4}  {c['start']:8.2f}  {c['speaker']:<11} {c['confidence']:+.3f}  {text}")
+        counts = ", ".join(f"{k} ({v['cues']} cues)" for k, v in r["cast"].items())
+        print(f"{r['speakers']} speakers by {r['encoder']}: {counts}; {r['rule']}")
+        if r["outputs"]["subtitles"]:
+            print(f"wrote {r['outputs']['subtitles']}; cast {r['outputs']['cast'] or '(none)'}")
+
+    return body, human
