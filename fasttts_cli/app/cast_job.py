@@ -82,7 +82,7 @@ def _check(opts: CastOptions, n_cues: int) -> str | None:
     return kind
 
 
-def load_encoder(engine: str | None, preset: str | None) -> tuple[Any, str, Any]:
+def load_encoder(engine: str | None, preset: str | None, rep: Reporter) -> tuple[Any, str, Any]:
     """(encoder, description, what to close): the engine's CAM++ when one is configured, else Resemblyzer."""
     from fasttts_cli.casting.embed import ResemblyzerEncoder, StyleEncoder
     from fasttts_cli.synth.engine_select import DRAFT, select_engine
@@ -90,9 +90,13 @@ def load_encoder(engine: str | None, preset: str | None) -> tuple[Any, str, Any]
     selection = select_engine(engine)
     if selection.kind == DRAFT:
         return ResemblyzerEncoder(), "resemblyzer (GE2E, bundled weights)", None
-    from fasttts_cli.app.engine_load import load_synthesizer
+    from fasttts_cli.app.engine_load import engine_random_weights, load_synthesizer
 
     synth = load_synthesizer(selection, preset)
+    if engine_random_weights(selection, synth):
+        rep.warn(
+            f"engine {selection.path} has random weights: its CAM++ embeddings, and so the speakers found, mean nothing"
+        )
     style = getattr(getattr(synth, "engine", None), "style", None)
     if style is None:
         synth.close()
@@ -171,7 +175,7 @@ def run_cast(opts: CastOptions, rep: Reporter) -> dict[str, Any]:
     cues, got = _timed_cues(opts)
     kind = _check(opts, len(cues))
     with rep.stage("load_encoder"):
-        encoder, described, closer = load_encoder(opts.engine, opts.preset)
+        encoder, described, closer = load_encoder(opts.engine, opts.preset, rep)
     try:
         with rep.stage("decode"):
             audio = load_audio(opts.video, EMBED_SR)

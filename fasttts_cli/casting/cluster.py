@@ -18,8 +18,11 @@ one speaker there is no other centroid, and the confidence is the similarity to 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+
+from fasttts_cli.errors import MissingDependencyError
 
 MAX_SPEAKERS = 10
 MIN_SILHOUETTE = 0.1
@@ -34,15 +37,25 @@ class Clustering:
     silhouettes: dict[int, float]  # k -> mean silhouette, for each k tried (empty when forced)
 
 
-def _agglomerative(emb: np.ndarray, k: int) -> np.ndarray:
-    from sklearn.cluster import AgglomerativeClustering
+def _sklearn() -> tuple[Any, Any]:
+    try:
+        from sklearn.cluster import AgglomerativeClustering
+        from sklearn.metrics import silhouette_score
+    except ImportError as e:
+        raise MissingDependencyError(
+            f"`fasttts cast` clusters voices with scikit-learn ({e.name or e})",
+            hint="pip install 'fasttts-cli[cast]'",
+        ) from None
+    return AgglomerativeClustering, silhouette_score
 
-    return AgglomerativeClustering(n_clusters=k, metric="cosine", linkage="average").fit_predict(emb)
+
+def _agglomerative(emb: np.ndarray, k: int) -> np.ndarray:
+    agglomerative, _ = _sklearn()
+    return agglomerative(n_clusters=k, metric="cosine", linkage="average").fit_predict(emb)
 
 
 def _silhouette(emb: np.ndarray, labels: np.ndarray) -> float:
-    from sklearn.metrics import silhouette_score
-
+    _, silhouette_score = _sklearn()
     return float(silhouette_score(emb, labels, metric="cosine"))
 
 
@@ -93,7 +106,7 @@ def cluster_speakers(emb: np.ndarray, speakers: int | None = None) -> Clustering
 def agreement(found: list[int], truth: list[str]) -> float:
     """The share of cues whose found speaker matches the true one, under the best one-to-one renaming of
     found speakers to true ones (Hungarian assignment on the contingency table)."""
-    from scipy.optimize import linear_sum_assignment
+    from scipy.optimize import linear_sum_assignment  # scipy comes with scikit-learn
 
     names = sorted(set(truth))
     table = np.zeros((max(found) + 1, len(names)), dtype=np.int64)
