@@ -95,7 +95,8 @@ def load_encoder(engine: str | None, preset: str | None, rep: Reporter) -> tuple
     synth = load_synthesizer(selection, preset)
     if engine_random_weights(selection, synth):
         rep.warn(
-            f"engine {selection.path} has random weights: its CAM++ embeddings, and so the speakers found, mean nothing"
+            f"engine {selection.path} has random weights: its CAM++ embeddings, and so the speakers "
+            "found, mean nothing"
         )
     style = getattr(getattr(synth, "engine", None), "style", None)
     if style is None:
