@@ -19,7 +19,7 @@ from fasttts_cli.errors import InputError, MissingDependencyError, UsageError
 
 SPEAKER = "SPEAKER_{}"
 # Output extension -> the format written (README, `fasttts cast`).
-LABELED_FORMATS = {".ass": "ass", ".ssa": "ssa", ".vtt": "vtt", ".tsv": "tsv", ".csv": "csv", ".srt": "srt"}
+LABELED_FORMATS = {".ass": "ass", ".ssa": "ssa", ".vtt": "vtt", ".tsv": "tsv", ".csv": "csv"}
 
 
 @dataclass
@@ -72,6 +72,11 @@ def _check(opts: CastOptions, n_cues: int) -> str | None:
     if opts.output is None:
         return None
     kind = LABELED_FORMATS.get(opts.output.suffix.lower())
+    if opts.output.suffix.lower() == ".srt":
+        raise UsageError(
+            f"-o {opts.output}: SRT has no place for a speaker",
+            hint=f"write {opts.output.with_suffix('.vtt').name} (WebVTT <v NAME>) or .ass, .tsv, .csv",
+        )
     if kind is None:
         raise UsageError(
             f"-o {opts.output}: cannot tell the format from {opts.output.suffix or 'no extension'!r}",
@@ -108,6 +113,26 @@ def load_encoder(engine: str | None, preset: str | None, rep: Reporter) -> tuple
     return StyleEncoder(style), f"campplus ({selection.kind} engine {selection.path})", synth
 
 
+def labeled_text(kind: str, cues: list[Cue], header: str | None = None) -> str:
+    """Subtitles with each cue's speaker in the format's own place: ASS/SSA Name, WebVTT `<v NAME>`, the
+    TSV/CSV speaker column."""
+    from fasttts_cli.dubbing.subtitles_out import SubtitleEntry, format_subtitles, format_table
+
+    entries = [
+        SubtitleEntry(
+            c.start,  # type: ignore[arg-type]
+            c.end,  # type: ignore[arg-type]
+            c.text,
+            c.speaker,
+            c.style,
+        )
+        for c in cues
+    ]
+    if kind in ("tsv", "csv"):
+        return format_table(entries, kind)
+    return format_subtitles(kind, entries, header=header if kind in ("ass", "ssa") else None)
+
+
 def _write(
     opts: CastOptions,
     kind: str,
@@ -122,21 +147,10 @@ def _write(
     from fasttts_cli.casting.build import build_cast
     from fasttts_cli.casting.castfile import write_cast
     from fasttts_cli.dubbing.cache import atomic_write_text
-    from fasttts_cli.dubbing.subtitles_out import SubtitleEntry, format_subtitles, format_table
 
     assert opts.output is not None
     labeled = [replace(c, speaker=n) for c, n in zip(cues, names, strict=True)]
-    entries = [
-        SubtitleEntry(
-            c.start, c.end, f"{c.speaker}: {c.text}" if kind == "srt" else c.text, c.speaker, c.style
-        )  # type: ignore[arg-type]
-        for c in labeled
-    ]
-    if kind in ("tsv", "csv"):
-        text = format_table(entries, kind)
-    else:
-        text = format_subtitles(kind, entries, header=header if kind in ("ass", "ssa") else None)
-    subs = atomic_write_text(opts.output, text)
+    subs = atomic_write_text(opts.output, labeled_text(kind, labeled, header))
     short: dict[str, float] = {}
     order = sorted(set(names), key=lambda n: int(n.rsplit("_", 1)[1]))
     cast_entries = build_cast(

@@ -30,7 +30,7 @@ def cast(
             "-o",
             "--output",
             metavar="FILE",
-            help="Write the subtitles labeled SPEAKER_1..N (.ass .ssa .vtt .tsv .csv .srt) and "
+            help="Write the subtitles labeled SPEAKER_1..N (.ass .ssa .vtt .tsv .csv) and "
             "<FILE stem>.cast.toml beside it.",
         ),
     ] = None,
