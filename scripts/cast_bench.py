@@ -3,9 +3,11 @@ time of each step (load encoder, decode, embed, cluster, write), on three cases:
 
 - sample: samples/dialogue.mp4 with its unlabeled SRT (two speakers, clearly different: WORLD f0 x1.7 /
   formants x1.18 against f0 x0.9 / formants x0.96); truth from samples/dialogue.ass.
-- three: a harder case built here: three speakers of similar pitch, the same Piper voice re-voiced with
-  f0 shifted 0, +2 and +4 semitones (formants kept), five lines each in a fixed shuffled order, under the
-  same music bed.
+- three_pitch: a harder case built here: three speakers of similar pitch, the same Piper voice re-voiced
+  with f0 shifted 0, +2 and +4 semitones, formants kept (one vocal tract at three pitches), five lines each
+  in a fixed shuffled order, under the same music bed.
+- three_tract: the same lines and order, pitch as close (0, +1, +2 semitones) but three vocal tracts:
+  formants x0.93, x1.0, x1.08.
 - one: a single speaker (that voice unshifted, ten lines): the right answer is one speaker.
 
     python scripts/cast_bench.py [--engine NAME|PATH] [--rounds N] [--work DIR]
@@ -70,10 +72,16 @@ def build_cases(work: Path) -> dict[str, tuple[Path, Path, list[str]]]:
     }
     three = {"A": VoiceShape(1.0, 1.0), "B": VoiceShape(SEMITONE**2, 1.0), "C": VoiceShape(SEMITONE**4, 1.0)}
     lines = [Line(s, t) for s, t in zip(THREE_ORDER, THREE_LINES, strict=True)]
-    stem = work / "three"
-    if not stem.with_suffix(".mp4").exists():
-        make_dialogue(stem, lines, three, bed, "three similar speakers")
-    cases["three"] = (stem.with_suffix(".mp4"), stem.with_suffix(".srt"), THREE_ORDER)
+    tract = {
+        "A": VoiceShape(1.0, 0.93),
+        "B": VoiceShape(SEMITONE, 1.0),
+        "C": VoiceShape(SEMITONE**2, 1.08),
+    }
+    for name, voices in (("three_pitch", three), ("three_tract", tract)):
+        stem = work / name
+        if not stem.with_suffix(".mp4").exists():
+            make_dialogue(stem, lines, voices, bed, f"{name}: three similar speakers")
+        cases[name] = (stem.with_suffix(".mp4"), stem.with_suffix(".srt"), THREE_ORDER)
     stem = work / "one"
     if not stem.with_suffix(".mp4").exists():
         make_dialogue(stem, [Line("A", t) for t in THREE_LINES[:10]], {"A": VoiceShape(1.0, 1.0)}, bed, "one")

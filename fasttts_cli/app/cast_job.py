@@ -42,8 +42,13 @@ def cast_path_for(output: Path) -> Path:
 def _timed_cues(opts: CastOptions) -> tuple[list[Cue], Any]:
     from fasttts_cli.dubbing.readers import parse_styles, read_script_full
 
+    # Overlapping cues are allowed: two people talking at once is exactly what unlabeled subtitles hold.
     got = read_script_full(
-        opts.subtitles, fmt=opts.input_format, styles=parse_styles(opts.styles), encoding=opts.encoding
+        opts.subtitles,
+        fmt=opts.input_format,
+        styles=parse_styles(opts.styles),
+        encoding=opts.encoding,
+        allow_overlap=True,
     )
     spoken = [c for c in got.cues if c.text.strip()]
     if spoken and not any(c.timed for c in spoken):
