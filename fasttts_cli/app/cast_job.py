@@ -24,15 +24,17 @@ LABELED_FORMATS = {".ass": "ass", ".ssa": "ssa", ".vtt": "vtt", ".tsv": "tsv", "
 
 @dataclass
 class CastOptions:
+    """The flags of `fasttts cast` (None: not given)."""
+
     video: Path
     subtitles: Path
-    output: Path | None = None
-    speakers: int | None = None
-    engine: str | None = None
-    preset: str | None = None
-    input_format: str | None = None
-    encoding: str | None = None
-    styles: str | None = None
+    output: Path | None  # -o
+    speakers: int | None  # --speakers (None: found)
+    engine: str | None  # --engine (None: $FASTTTS_ENGINE, else the draft voice -> Resemblyzer)
+    preset: str | None
+    input_format: str | None  # --format
+    encoding: str | None
+    styles: str | None  # ASS/SSA --styles
 
 
 def cast_path_for(output: Path) -> Path:
