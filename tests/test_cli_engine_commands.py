@@ -253,3 +253,30 @@ def test_the_torch_backend_on_a_random_checkpoint_says_so(tiny_checkpoint_dir: P
     s = TorchSynthesizer.load(tiny_checkpoint_dir, p, device="cpu")
     assert s.random_weights and s.engine.preset.decode.max_tokens == RANDOM_MAX_TOKENS
     assert f'max_tokens": {RANDOM_MAX_TOKENS}' in s.identity()  # the cap reaches every line's cache key
+
+
+def test_cast_with_a_random_engine_uses_resemblyzer_and_its_campplus_embeds(
+    capsys: pytest.CaptureFixture[str], tiny_engine_dir: Path
+) -> None:
+    """`fasttts cast --engine` on a random-weight engine: its CAM++ would tell nobody apart, so Resemblyzer
+    stands in (warned); the CAM++ wiring itself gives one unit vector per cue."""
+    import importlib.util
+
+    from fasttts_cli.app.engine_load import load_synthesizer
+    from fasttts_cli.audio.load import load_audio
+    from fasttts_cli.casting.embed import EMBED_SR, StyleEncoder, embed_cues
+    from fasttts_cli.dubbing.readers import read_script
+
+    video, subs = SAMPLES / "dialogue.mp4", SAMPLES / "dialogue.srt"
+    if importlib.util.find_spec("resemblyzer") is not None:
+        code, r = run(capsys, "cast", str(video), str(subs), "--engine", str(tiny_engine_dir), "--json")
+        assert code == 0 and r["encoder"].startswith("resemblyzer")
+        assert any("random weights" in w and "Resemblyzer" in w for w in r["warnings"])
+    synth = load_synthesizer(select_engine(str(tiny_engine_dir)), None)
+    try:
+        cues = read_script(subs)[:3]
+        emb = embed_cues(load_audio(video, EMBED_SR), cues, StyleEncoder(synth.engine.style))
+    finally:
+        synth.close()
+    assert emb.shape[0] == 3 and emb.shape[1] > 1
+    assert emb == pytest.approx(emb / ((emb**2).sum(axis=1, keepdims=True) ** 0.5))

@@ -95,21 +95,30 @@ def _check(opts: CastOptions, n_cues: int) -> str | None:
 
 
 def load_encoder(engine: str | None, preset: str | None, rep: Reporter) -> tuple[Any, str, Any]:
-    """(encoder, description, what to close): the engine's CAM++ when one is configured, else Resemblyzer."""
+    """(encoder, description, what to close): the engine's CAM++ when one is configured, else Resemblyzer.
+    A random-weight engine's CAM++ tells nobody apart: Resemblyzer stands in for it where installed."""
+    from importlib.util import find_spec
+
     from fasttts_cli.casting.embed import ResemblyzerEncoder, StyleEncoder
     from fasttts_cli.synth.engine_select import DRAFT, select_engine
 
+    resemblyzer = "resemblyzer (GE2E, bundled weights)"
     selection = select_engine(engine)
     if selection.kind == DRAFT:
-        return ResemblyzerEncoder(), "resemblyzer (GE2E, bundled weights)", None
+        return ResemblyzerEncoder(), resemblyzer, None
     from fasttts_cli.app.engine_load import engine_random_weights, load_synthesizer
 
-    synth = load_synthesizer(selection, preset)
-    if engine_random_weights(selection, synth):
+    if engine_random_weights(selection):
+        if find_spec("resemblyzer") is not None:
+            rep.warn(
+                f"engine {selection.path} has random weights: Resemblyzer tells the speakers apart instead"
+            )
+            return ResemblyzerEncoder(), resemblyzer, None
         rep.warn(
             f"engine {selection.path} has random weights: its CAM++ embeddings, and so the speakers "
-            "found, mean nothing"
+            "found, mean nothing (install the `cast` extra for Resemblyzer)"
         )
+    synth = load_synthesizer(selection, preset)
     style = getattr(getattr(synth, "engine", None), "style", None)
     if style is None:
         synth.close()
