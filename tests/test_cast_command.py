@@ -40,7 +40,7 @@ def _cli(*args: object) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def cast_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
-    out = tmp_path_factory.mktemp("cast") / "labeled.ass"
+    out = tmp_path_factory.mktemp("cast") / "new" / "labeled.ass"  # a missing folder is made
     proc = _cli(SAMPLE.with_suffix(".mp4"), SAMPLE.with_suffix(".srt"), "-o", out)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout), out

@@ -89,8 +89,10 @@ def _check(opts: CastOptions, n_cues: int) -> str | None:
             f"-o {opts.output}: cannot tell the format from {opts.output.suffix or 'no extension'!r}",
             hint=f"end it in one of {', '.join(LABELED_FORMATS)}",
         )
-    if opts.output.parent and not opts.output.parent.is_dir():
-        raise UsageError(f"-o {opts.output}: folder {str(opts.output.parent)!r} does not exist")
+    try:
+        opts.output.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"-o {opts.output}: cannot make its folder: {e.strerror or e}") from None
     return kind
 
 
