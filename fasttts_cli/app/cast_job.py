@@ -164,6 +164,7 @@ def _write(
 
     from fasttts_cli.casting.build import build_cast
     from fasttts_cli.casting.castfile import write_cast
+    from fasttts_cli.casting.reference import MIN_SECONDS
     from fasttts_cli.dubbing.cache import atomic_write_text
 
     assert opts.output is not None
@@ -183,7 +184,7 @@ def _write(
     for name, found in short.items():
         rep.warn(
             f"{name}: only {found} s of clean speech with no other speaker overlapping (a reference needs "
-            f"3 s): left out of the cast file; give it a voice with --voice {name}=FILE"
+            f"{MIN_SECONDS:g} s): left out of the cast file; give it a voice with --voice {name}=FILE"
         )
     with_cues = []
     for e in cast_entries:
@@ -191,7 +192,7 @@ def _write(
         extra = {"cues": [cues[i].index for i in mine], "confidence": [conf[i] for i in mine]}
         with_cues.append(replace(e, extra=extra))
     if not with_cues:
-        rep.warn("no speaker has 3 s of clean solo speech: no cast file written")
+        rep.warn(f"no speaker has {MIN_SECONDS:g} s of clean solo speech: no cast file written")
         return subs, None, {}
     cast = write_cast(cast_path_for(opts.output), with_cues)
     refs = {
