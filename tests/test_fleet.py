@@ -3,12 +3,20 @@ does not depend on its batch-mates."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
-from fasttts_cli.app.fleet import EngineSpec, LineOutcome, LineTask, open_pool
+from fasttts_cli.app.fleet import EngineSpec, LineOutcome, LineTask, OnFinal, Pool, open_pool
+from fasttts_cli.app.fleet_procs import ProcessPool, cuda_visible_for, worker_setups
+from fasttts_cli.backends.onnxruntime.session import available_cpus
 from fasttts_cli.dubbing.cache import line_seed
+from fasttts_cli.errors import MissingDependencyError, UsageError
 from fasttts_cli.synth.synthesizer import EmotionSpec
 from tests.conftest_engine import *  # noqa: F403 (fixtures: tiny_engine_dir, voice_wav, voice_wav2)
 
@@ -41,3 +49,122 @@ def test_local_pool_plans_each_task_independently_of_its_batch(
         pool.close()
     finally:
         synth.close()
+
+
+# ---- worker processes (app/fleet_procs.py) ---------------------------------------------------------
+
+_TEXTS = [
+    "Hello there, how are you?",
+    "A second line, said by someone else.",
+    "And a third.",
+    "Four is a short one.",
+    "Five comes with a little more to say than four did.",
+    "Six.",
+]
+
+
+def _tasks(voice: Path, voice2: Path) -> list[LineTask]:
+    return [_task(t, voice if i % 2 == 0 else voice2, f"k{i}") for i, t in enumerate(_TEXTS)]
+
+
+def _codes(outcomes: dict[str, LineOutcome]) -> dict[str, list[int]]:
+    got = {}
+    for k, o in outcomes.items():
+        assert o.ok, (k, o.problem)
+        assert o.plan is not None and o.plan.payload is not None
+        got[k] = o.plan.payload.tolist()
+    return got
+
+
+def _collect(
+    pool: Pool, batches: list[list[LineTask]], seen: list[str], hook: OnFinal | None = None
+) -> dict[str, LineOutcome]:
+    outs: dict[str, LineOutcome] = {}
+
+    def final(out: LineOutcome) -> None:
+        seen.append(out.key)
+        outs[out.key] = out
+        if hook is not None:
+            hook(out)
+
+    pool.run(batches, 1, final)
+    return outs
+
+
+@pytest.fixture(scope="module")
+def local_run(tiny_engine_dir: Path, voice_wav: Path, voice_wav2: Path) -> tuple[dict[str, list[int]], str]:
+    """The tasks' codes and the engine identity, planned in this process (an engine of the pool's own)."""
+    pool = open_pool(EngineSpec(str(tiny_engine_dir), "cpu-fp32"))
+    try:
+        return _codes(_collect(pool, [_tasks(voice_wav, voice_wav2)], [])), pool.identity()
+    finally:
+        pool.close()
+
+
+def test_process_pool_plans_what_the_local_pool_plans(
+    tiny_engine_dir: Path, voice_wav: Path, voice_wav2: Path, local_run: tuple[dict[str, list[int]], str]
+) -> None:
+    tasks = _tasks(voice_wav, voice_wav2)
+    seen: list[str] = []
+    with open_pool(EngineSpec(str(tiny_engine_dir), "cpu-fp32"), workers=2) as pool:
+        assert isinstance(pool, ProcessPool) and pool.workers == 2
+        outs = _collect(pool, [tasks[:2], tasks[2:4], tasks[4:]], seen)
+        assert pool.identity() == local_run[1]
+        workers = {o.worker for o in outs.values()}
+        pids = pool.pids()
+    assert sorted(seen) == sorted(t.key for t in tasks)  # each once
+    assert _codes(outs) == local_run[0]
+    assert workers <= {"proc0", "proc1"}
+    assert len(set(pids.values())) == 2 and os.getpid() not in pids.values()
+
+
+def test_process_pool_survives_a_killed_worker(
+    tiny_engine_dir: Path, voice_wav: Path, voice_wav2: Path, local_run: tuple[dict[str, list[int]], str]
+) -> None:
+    tasks = _tasks(voice_wav, voice_wav2)
+    seen: list[str] = []
+    killed: list[int] = []
+    with ProcessPool(EngineSpec(str(tiny_engine_dir), "cpu-fp32"), 2) as pool:
+
+        def kill_its_worker(out: LineOutcome) -> None:
+            if not killed:  # the worker of the first line dies with batches still to come its way
+                killed.append(pool.pids()[out.worker])
+                os.kill(killed[0], signal.SIGKILL)
+
+        outs = _collect(pool, [[t] for t in tasks], seen, kill_its_worker)
+        assert pool.restarts == 1 and killed[0] not in pool.pids().values()
+    assert sorted(seen) == sorted(t.key for t in tasks)  # every line, none handed over twice
+    assert _codes(outs) == local_run[0]
+
+
+def test_a_worker_that_cannot_load_its_engine_is_the_missing_engine_error(tmp_path: Path) -> None:
+    with pytest.raises(MissingDependencyError, match="not an engine folder"):
+        ProcessPool(EngineSpec(str(tmp_path / "nowhere"), "cpu-fp32"), 1)
+
+
+def test_worker_setups_split_threads_and_give_each_worker_its_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("FASTTTS_THREADS", raising=False)
+    setups = worker_setups(None, ["cuda:0", "cuda:1"])
+    assert [s.cuda_visible for s in setups] == ["0", "1"]
+    assert setups[1].env()["CUDA_VISIBLE_DEVICES"] == "1"
+    assert setups[0].env()["FASTTTS_THREADS"] == str(max(1, available_cpus() // 2))
+    assert cuda_visible_for("cuda:1", "4,6") == "6"  # relative to what this process may see
+    assert cuda_visible_for("cpu") == ""
+    with pytest.raises(UsageError, match="cuda:2 is not visible"):
+        cuda_visible_for("cuda:2", "4,6")
+    with pytest.raises(UsageError, match="not a device"):
+        cuda_visible_for("gpu1")
+    monkeypatch.setenv("FASTTTS_THREADS", "3")
+    assert "FASTTTS_THREADS" not in worker_setups(4, None)[0].env()  # the user's cap is theirs
+
+
+def test_importing_the_worker_module_imports_no_gpu_library() -> None:
+    """A worker's CUDA_VISIBLE_DEVICES only holds if nothing imported before it touched CUDA."""
+    code = (
+        "import sys, fasttts_cli.app.fleet_procs; "
+        "bad = [m for m in ('torch', 'tensorrt', 'onnxruntime', 'cuda') if m in sys.modules]; "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr

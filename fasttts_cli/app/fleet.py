@@ -7,8 +7,9 @@ to the driver's `on_final` the moment it is final; only the driver writes the co
 task carries everything its outcome depends on (text, reference file, emotion, seed, language), so a line's
 plan never depends on its batch-mates, its worker or its job.
 
-`LocalPool` plans in this process on an engine the caller holds; pools of worker processes and Ray actors
-implement the same `Pool` protocol (see `open_pool`)."""
+`LocalPool` plans in this process on an engine the caller holds; pools of worker processes
+(`fleet_procs.ProcessPool`) and Ray actors (`fleet_ray.RayPool`) implement the same `Pool` protocol
+(see `open_pool`)."""
 
 from __future__ import annotations
 
@@ -130,9 +131,19 @@ class LocalPool:
 
     workers = 1
 
-    def __init__(self, synth: Synthesizer) -> None:
+    def __init__(self, synth: Synthesizer, *, owned: bool = False) -> None:
         self.synth = synth
         self.voices = VoiceMemo(synth)
+        self._owned = owned
+
+    @classmethod
+    def load(cls, spec: EngineSpec) -> LocalPool:
+        """A pool on an engine of its own, loaded here from `spec` (closed with the pool)."""
+        from fasttts_cli.app.engine_load import load_synthesizer
+        from fasttts_cli.synth.engine_select import select_engine
+
+        synth = load_synthesizer(select_engine(spec.engine), spec.preset, cache_dir=spec.voices_dir)
+        return cls(synth, owned=True)
 
     def identity(self) -> str:
         return self.synth.identity()
@@ -142,12 +153,27 @@ class LocalPool:
             plan_tasks(self.synth, self.voices, tasks, max_retries, on_final)
 
     def close(self) -> None:
-        pass  # the engine is the caller's
+        if self._owned:  # else the engine is the caller's
+            self.synth.close()
 
 
 def open_pool(spec: EngineSpec, *, synth: Synthesizer | None = None, **how: Any) -> Pool:
-    """A pool for `spec`: in this process on `synth` when given and nothing else is asked for. Worker
-    processes (`workers=N`, `devices=[...]`) and Ray (`ray=ADDRESS`) come with their own modules."""
-    if synth is not None and not any(how.values()):
+    """A pool for `spec`. `how`: `ray=ADDRESS` (Ray actors, `fleet_ray`; `workers=N` actors, default one
+    per GPU or CPU slot), else `devices=[...]` / `workers=N` over 1 (worker processes, `fleet_procs`),
+    else this process: on `synth` when given (the caller's to close), or on an engine loaded from `spec`
+    (the pool's to close)."""
+    unknown = set(how) - {"workers", "devices", "ray"}
+    if unknown:
+        raise TypeError(f"open_pool: unknown options {sorted(unknown)}")
+    workers, devices, ray = how.get("workers"), how.get("devices"), how.get("ray")
+    if ray:
+        from fasttts_cli.app.fleet_ray import RayPool
+
+        return RayPool(spec, ray, workers, devices=devices)
+    if devices or (workers is not None and workers != 1):
+        from fasttts_cli.app.fleet_procs import ProcessPool
+
+        return ProcessPool(spec, workers, devices=devices)
+    if synth is not None:
         return LocalPool(synth)
-    raise NotImplementedError(f"no pool for {how}")
+    return LocalPool.load(spec)
