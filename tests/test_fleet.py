@@ -168,3 +168,67 @@ def test_importing_the_worker_module_imports_no_gpu_library() -> None:
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+# ---- Ray actors (app/fleet_ray.py) -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> object:
+    """A local Ray cluster of its own (address "local": never another one running on this machine)."""
+    ray = pytest.importorskip("ray", reason="ray (the `ray` extra, in `test`) is not installed")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.mark.slow
+def test_ray_pool_plans_what_the_local_pool_plans_and_survives_a_lost_actor(
+    ray_cluster: object,
+    tiny_engine_dir: Path,
+    voice_wav: Path,
+    voice_wav2: Path,
+    local_run: tuple[dict[str, list[int]], str],
+) -> None:
+    from fasttts_cli.app.fleet_ray import RayPool
+
+    tasks = _tasks(voice_wav, voice_wav2)
+    with open_pool(EngineSpec(str(tiny_engine_dir), "cpu-fp32"), ray="auto", workers=2) as pool:
+        assert isinstance(pool, RayPool) and pool.workers == 2 and not pool.gpu
+        assert pool.identity() == local_run[1]
+        seen: list[str] = []
+        outs = _collect(pool, [tasks[:3], tasks[3:]], seen)
+        assert sorted(seen) == sorted(t.key for t in tasks)
+        assert _codes(outs) == local_run[0]
+        assert {o.worker for o in outs.values()} <= {"ray0", "ray1"}
+
+        seen = []
+        killed: list[str] = []
+
+        def kill_the_other_actor(out: LineOutcome) -> None:
+            if not killed:  # the other actor has a batch in flight (six batches for two actors)
+                killed.append(next(n for n in pool.handles() if n != out.worker))
+                ray_cluster.kill(pool.handles()[killed[0]], no_restart=True)  # type: ignore[attr-defined]
+
+        outs = _collect(pool, [[t] for t in tasks], seen, kill_the_other_actor)
+        assert pool.restarts == 1
+    assert sorted(seen) == sorted(t.key for t in tasks)  # every line, none handed over twice
+    assert _codes(outs) == local_run[0]
+
+
+def test_ray_missing_is_a_missing_dependency(monkeypatch: pytest.MonkeyPatch) -> None:
+    import builtins
+
+    from fasttts_cli.app.fleet_ray import import_ray
+
+    real = builtins.__import__
+
+    def no_ray(name: str, *a: object, **k: object) -> object:
+        if name == "ray" or name.startswith("ray."):
+            raise ImportError("No module named 'ray'")
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", no_ray)
+    with pytest.raises(MissingDependencyError, match="ray package is not installed") as e:
+        import_ray()
+    assert e.value.exit_code == 3 and "fasttts-cli[ray]" in str(e.value)

@@ -89,6 +89,24 @@ class _TaskLine:
     index: int
 
 
+def needs_gpu(spec: EngineSpec) -> bool:
+    """Whether the spec's engine runs on a GPU: its device says cuda, or a component of its preset runs on
+    a CUDA backend (a preset that does not load is the engine load's to report)."""
+    if spec.device is not None:
+        return spec.device.startswith("cuda")
+    if spec.preset is None:
+        return False
+    from fasttts_cli.errors import FastTTSError
+    from fasttts_cli.spec import registry
+    from fasttts_cli.spec.presets import load_preset
+
+    try:
+        preset = load_preset(spec.preset)
+        return any(registry.get(c.backend).device == registry.CUDA for c in preset.components.values())
+    except (FastTTSError, OSError, ValueError):
+        return False
+
+
 class VoiceMemo:
     """Each (reference, emotion) prepared once per engine, whatever job or batch asks for it."""
 

@@ -91,7 +91,7 @@ def cuda_visible_for(device: str, inherited: str | None = None) -> str:
 # ---- the worker side ------------------------------------------------------------------------------
 
 
-def _wire_error(e: BaseException) -> tuple[str, Any]:
+def wire_error(e: BaseException) -> tuple[str, Any]:
     """An exception in a form that crosses a pipe: our errors by class, message and hint (their
     constructors take more than the message), others as themselves when they pickle, else as text."""
     if isinstance(e, FastTTSError):
@@ -103,7 +103,7 @@ def _wire_error(e: BaseException) -> tuple[str, Any]:
         return "text", f"{type(e).__name__}: {e}"
 
 
-def _unwire_error(wire: tuple[str, Any], worker: str) -> BaseException:
+def unwire_error(wire: tuple[str, Any], worker: str) -> BaseException:
     kind, body = wire
     if kind == "fasttts":
         cls, message, hint = body
@@ -127,7 +127,7 @@ def _worker_main(spec: EngineSpec, setup: WorkerSetup, conn: connection.Connecti
     try:
         synth = load_synthesizer(select_engine(spec.engine), spec.preset, cache_dir=spec.voices_dir)
     except BaseException as e:
-        conn.send(("error", None, _wire_error(e)))
+        conn.send(("error", None, wire_error(e)))
         return
     try:
         conn.send(("ready", synth.identity(), os.getpid()))
@@ -147,7 +147,7 @@ def _worker_main(spec: EngineSpec, setup: WorkerSetup, conn: connection.Connecti
             try:
                 plan_tasks(synth, voices, tasks, max_retries, send, worker=setup.name)
             except Exception as e:
-                conn.send(("error", bid, _wire_error(e)))
+                conn.send(("error", bid, wire_error(e)))
                 continue
             conn.send(("done", bid))
     finally:
@@ -161,16 +161,14 @@ def _worker_main(spec: EngineSpec, setup: WorkerSetup, conn: connection.Connecti
 def _environ(extra: dict[str, str]) -> Iterator[None]:
     """os.environ with `extra` while a worker starts (a spawned interpreter inherits it)."""
     with _ENV_LOCK:
-        saved = {k: os.environ.get(k) for k in extra}
+        before = dict(os.environ)
         os.environ.update(extra)
         try:
             yield
         finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+            for k in set(extra) - set(before):
+                del os.environ[k]
+            os.environ.update({k: before[k] for k in extra if k in before})
 
 
 @dataclass(eq=False)
@@ -239,7 +237,7 @@ class ProcessPool:
             ) from None
         if msg[0] == "error":
             w.process.join(5)
-            raise _unwire_error(msg[2], w.setup.name)
+            raise unwire_error(msg[2], w.setup.name)
         _, w.identity, w.pid = msg
         return w
 
@@ -336,7 +334,7 @@ class ProcessPool:
             elif msg[0] == "done":
                 return True, None
             elif msg[0] == "error":
-                return True, _unwire_error(msg[2], w.setup.name)
+                return True, unwire_error(msg[2], w.setup.name)
         return False, None
 
     def _died(self, w: _Worker, b: _Batch, queue: deque[_Batch], on_final: OnFinal) -> None:
