@@ -232,3 +232,40 @@ def test_ray_missing_is_a_missing_dependency(monkeypatch: pytest.MonkeyPatch) ->
     with pytest.raises(MissingDependencyError, match="ray package is not installed") as e:
         import_ray()
     assert e.value.exit_code == 3 and "fasttts-cli[ray]" in str(e.value)
+
+
+class _RayInit:
+    """Records ray.init calls; "auto" finds no cluster, as Ray's own raises when none runs."""
+
+    def __init__(self, running: bool = False) -> None:
+        self.calls: list[dict[str, object]] = []
+        self.running = running
+
+    def is_initialized(self) -> bool:
+        return self.running
+
+    def init(self, **kw: object) -> None:
+        self.calls.append(kw)
+        if kw.get("address") == "auto":
+            raise ConnectionError("Could not find any running Ray instance.")
+        self.running = True
+
+
+def test_ray_auto_attaches_or_starts_a_local_cluster_and_a_dead_address_is_exit_3() -> None:
+    import socket
+
+    from fasttts_cli.app.fleet_ray import connect
+
+    fake = _RayInit()
+    assert connect(fake, "auto", num_cpus=2) is True  # none runs: a local one, for this run
+    assert [c.get("address") for c in fake.calls] == ["auto", None]
+    assert fake.calls[1]["num_cpus"] == 2 and fake.calls[1]["include_dashboard"] is False
+    assert connect(fake, "auto") is False  # already connected: not ours to shut down
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    fake = _RayInit()
+    with pytest.raises(MissingDependencyError, match=f"--ray 127.0.0.1:{port}: no Ray cluster answers") as e:
+        connect(fake, f"127.0.0.1:{port}")
+    assert e.value.exit_code == 3 and "ray start --head" in str(e.value) and fake.calls == []

@@ -14,6 +14,7 @@ Every node needs fasttts installed and the engine at the same path (or the same 
 from __future__ import annotations
 
 import os
+import socket
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -46,17 +47,35 @@ def connect(ray: Any, address: str, **local: Any) -> bool:
     if ray.is_initialized():
         return False
     quiet = {"log_to_driver": False}
+    hint = "start one with `ray start --head` (it prints its address), or use --ray auto"
+    if address != "auto":
+        problem = unreachable(address)
+        if problem:  # ray.init would retry for minutes before giving up
+            raise MissingDependencyError(
+                f"--ray {address}: no Ray cluster answers there ({problem})", hint=hint
+            )
     try:
         ray.init(address=address, **quiet)
         return True
     except ConnectionError as e:
         if address != "auto":
             raise MissingDependencyError(
-                f"--ray {address}: no Ray cluster answers there ({e})",
-                hint="start one with `ray start --head` (its address is printed), or use --ray auto",
+                f"--ray {address}: no Ray cluster answers there ({e})", hint=hint
             ) from None
     ray.init(**{"include_dashboard": False, **quiet, **local})
     return True
+
+
+def unreachable(address: str, timeout: float = 5.0) -> str | None:
+    """Why nothing listens at a "[ray://]HOST:PORT" address (None: something does, or it names no port)."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit():
+        return None
+    try:
+        socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=timeout).close()
+    except OSError as e:
+        return e.strerror or type(e).__name__
+    return None
 
 
 class PlannerActor:
