@@ -16,7 +16,7 @@ from fasttts_cli.app.fleet import EngineSpec, LineOutcome, LineTask, OnFinal, Po
 from fasttts_cli.app.fleet_procs import ProcessPool, cuda_visible_for, worker_setups
 from fasttts_cli.backends.onnxruntime.session import available_cpus
 from fasttts_cli.dubbing.cache import line_seed
-from fasttts_cli.errors import MissingDependencyError, UsageError
+from fasttts_cli.errors import InputError, MissingDependencyError, UsageError
 from fasttts_cli.synth.synthesizer import EmotionSpec
 from tests.conftest_engine import *  # noqa: F403 (fixtures: tiny_engine_dir, voice_wav, voice_wav2)
 
@@ -112,6 +112,8 @@ def test_process_pool_plans_what_the_local_pool_plans(
         assert pool.identity() == local_run[1]
         workers = {o.worker for o in outs.values()}
         pids = pool.pids()
+        threads = {e["FASTTTS_THREADS"] for e in pool.worker_env().values()}
+        assert threads == {os.environ.get("FASTTTS_THREADS") or str(max(1, available_cpus() // 2))}
     assert sorted(seen) == sorted(t.key for t in tasks)  # each once
     assert _codes(outs) == local_run[0]
     assert workers <= {"proc0", "proc1"}
@@ -135,6 +137,33 @@ def test_process_pool_survives_a_killed_worker(
         assert pool.restarts == 1 and killed[0] not in pool.pids().values()
     assert sorted(seen) == sorted(t.key for t in tasks)  # every line, none handed over twice
     assert _codes(outs) == local_run[0]
+
+
+def test_each_device_worker_sees_its_own_gpu_alone(
+    tiny_engine_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The device split, checked with CPU engines (no GPU here): what each worker's process saw."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,7")
+    with ProcessPool(EngineSpec(str(tiny_engine_dir), "cpu-fp32"), devices=["cuda:1", "cuda:0"]) as pool:
+        seen = {k: e["CUDA_VISIBLE_DEVICES"] for k, e in pool.worker_env().items()}
+    assert seen == {"proc0": "7", "proc1": "5"}
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "5,7"  # the driver's own is as it was
+
+
+def test_a_batch_that_raises_in_its_worker_raises_the_same_error_here(
+    tiny_engine_dir: Path, voice_wav: Path, voice_wav2: Path, tmp_path: Path
+) -> None:
+    tasks = _tasks(voice_wav, voice_wav2)
+    missing = _task("No voice file behind this one.", tmp_path / "missing.wav", "bad")
+    with ProcessPool(EngineSpec(str(tiny_engine_dir), "cpu-fp32"), 1) as pool:
+        seen: list[str] = []
+        with pytest.raises(InputError, match=r"missing\.wav: no such file") as e:
+            _collect(pool, [tasks[:2], [missing], tasks[2:]], seen)
+        assert e.value.exit_code == 2 and e.value.path == tmp_path / "missing.wav"  # its class and fields
+        assert seen == ["k0", "k1"]  # what came back before stays handed over; nothing after is sent
+        again: list[str] = []
+        _collect(pool, [tasks[2:]], again)  # the worker goes on
+        assert sorted(again) == [t.key for t in tasks[2:]] and pool.restarts == 0
 
 
 def test_a_worker_that_cannot_load_its_engine_is_the_missing_engine_error(tmp_path: Path) -> None:

@@ -174,6 +174,12 @@ class LocalPool:
         if self._owned:  # else the engine is the caller's
             self.synth.close()
 
+    def __enter__(self) -> LocalPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 def open_pool(spec: EngineSpec, *, synth: Synthesizer | None = None, **how: Any) -> Pool:
     """A pool for `spec`. `how`: `ray=ADDRESS` (Ray actors, `fleet_ray`; `workers=N` actors, default one

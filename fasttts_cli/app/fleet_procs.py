@@ -95,7 +95,8 @@ def wire_error(e: BaseException) -> tuple[str, Any]:
     """An exception in a form that crosses a pipe: our errors by class, message and hint (their
     constructors take more than the message), others as themselves when they pickle, else as text."""
     if isinstance(e, FastTTSError):
-        return "fasttts", (type(e), e.message, e.hint)
+        fields = {k: v for k, v in vars(e).items() if k not in ("message", "hint") and _pickles(v)}
+        return "fasttts", (type(e), e.message, e.hint, fields)
     try:
         pickle.loads(pickle.dumps(e))
         return "pickled", e
@@ -103,13 +104,22 @@ def wire_error(e: BaseException) -> tuple[str, Any]:
         return "text", f"{type(e).__name__}: {e}"
 
 
+def _pickles(v: object) -> bool:
+    try:
+        pickle.dumps(v)
+        return True
+    except Exception:
+        return False
+
+
 def unwire_error(wire: tuple[str, Any], worker: str) -> BaseException:
     kind, body = wire
     if kind == "fasttts":
-        cls, message, hint = body
+        cls, message, hint, fields = body
         err = cls.__new__(cls)
         Exception.__init__(err, message)
         err.message, err.hint = message, hint
+        vars(err).update(fields)  # InputError's path and line
         return err
     if kind == "pickled":
         return body
@@ -130,7 +140,8 @@ def _worker_main(spec: EngineSpec, setup: WorkerSetup, conn: connection.Connecti
         conn.send(("error", None, wire_error(e)))
         return
     try:
-        conn.send(("ready", synth.identity(), os.getpid()))
+        seen = {k: os.environ.get(k) for k in (CUDA_ENV, THREADS_ENV)}
+        conn.send(("ready", synth.identity(), os.getpid(), seen))
         voices = VoiceMemo(synth)
         while True:
             try:
@@ -178,6 +189,7 @@ class _Worker:
     conn: connection.Connection
     pid: int = 0
     identity: str = ""
+    env: dict[str, str | None] = field(default_factory=dict)  # its CUDA_VISIBLE_DEVICES, FASTTTS_THREADS
 
 
 @dataclass
@@ -238,7 +250,7 @@ class ProcessPool:
         if msg[0] == "error":
             w.process.join(5)
             raise unwire_error(msg[2], w.setup.name)
-        _, w.identity, w.pid = msg
+        _, w.identity, w.pid, w.env = msg
         return w
 
     def _replace(self, dead: _Worker) -> _Worker:
@@ -264,6 +276,11 @@ class ProcessPool:
         """The worker processes' ids by worker name (for diagnostics and the crash tests)."""
         return {w.setup.name: w.pid for w in self._pool}
 
+    def worker_env(self) -> dict[str, dict[str, str | None]]:
+        """What each worker's engine runs with: its CUDA_VISIBLE_DEVICES and FASTTTS_THREADS, as the
+        worker itself read them after loading."""
+        return {w.setup.name: dict(w.env) for w in self._pool}
+
     def identity(self) -> str:
         return self._pool[0].identity
 
@@ -283,6 +300,16 @@ class ProcessPool:
     def run(self, batches: Sequence[Sequence[LineTask]], max_retries: int, on_final: OnFinal) -> None:
         queue = deque(_Batch(i, list(b)) for i, b in enumerate(batches) if b)
         busy: dict[_Worker, _Batch] = {}
+        try:
+            self._run(queue, busy, max_retries, on_final)
+        except BaseException:
+            for w in busy:  # Ctrl-C or a driver error: what is in flight is abandoned, not waited for
+                w.process.kill()
+            raise
+
+    def _run(
+        self, queue: deque[_Batch], busy: dict[_Worker, _Batch], max_retries: int, on_final: OnFinal
+    ) -> None:
         error: BaseException | None = None
         while queue or busy:
             if error is None:
@@ -308,7 +335,6 @@ class ProcessPool:
                 try:
                     finished, failure = self._drain(w, busy[w], on_final)
                 except (EOFError, OSError):
-                    finished, failure = False, None
                     self._died(w, busy.pop(w), queue, on_final)
                     continue
                 if failure is not None and error is None:
