@@ -140,7 +140,9 @@ class RayPool:
         self.ray = ray = import_ray()
         self.spec = spec
         self._actors: list[_Actor] = []
+        self._starting: dict[Any, _Actor] = {}  # answer to `ready` -> a fresh actor loading its engine
         self.restarts = 0  # actors started again after one was lost
+        self._identity = ""
         self._owns_ray = connect(ray, address, **(local or {}))
         self.gpu = bool(devices) or needs_gpu(spec)
         resources = ray.cluster_resources()
@@ -158,6 +160,14 @@ class RayPool:
         opts: dict[str, Any] = {"max_restarts": ACTOR_RESTARTS, "max_task_retries": TASK_RETRIES}
         opts |= {"num_gpus": 1, "num_cpus": 1} if self.gpu else {"num_cpus": cpus}
         self._cls = ray.remote(**opts)(PlannerActor)
+        x = ray.exceptions  # what a batch in flight is lost to (its actor, its node, or its result)
+        self._lost_errors = (
+            x.RayActorError,
+            x.WorkerCrashedError,
+            x.NodeDiedError,
+            x.ObjectLostError,
+            x.OutOfMemoryError,
+        )
         try:
             started = [self._start(f"ray{i}") for i in range(n)]
             self._actors = started
@@ -172,38 +182,44 @@ class RayPool:
     def _start(self, name: str) -> _Actor:
         return _Actor(name, self._cls.remote(self.spec, name, self.threads))
 
-    def _ready(self, a: _Actor) -> None:
-        """Wait for an actor's engine; raise its load error (a missing engine: exit 3)."""
+    def _ready(self, a: _Actor, answer: Any = None) -> None:
+        """Wait for an actor's engine (or take its `answer` to `ready`); raise its load error (a missing
+        engine: exit 3)."""
         try:
-            kind, body = self.ray.get(a.handle.ready.remote())
+            kind, body = self.ray.get(answer if answer is not None else a.handle.ready.remote())
         except self.ray.exceptions.RayActorError as e:
             raise FastTTSError(f"Ray actor {a.name} died while loading its engine ({e})") from None
         if kind == "error":
             raise unwire_error(body, a.name)
         a.identity, a.pid = body
+        self._identity = self._identity or a.identity
+        if a.identity != self._identity:
+            raise FastTTSError(f"Ray actor {a.name} loaded another engine ({a.identity})")
 
-    def _replace(self, dead: _Actor) -> _Actor:
+    def _replace(self, dead: _Actor) -> None:
+        """A fresh actor for a lost one. It joins the pool once its engine is loaded (`run` waits for it
+        with the batches), so the others go on meanwhile, and a fresh actor the cluster has no room for
+        (its node is gone) holds nothing up while others remain."""
         self.ray.kill(dead.handle, no_restart=True)
+        self._actors.remove(dead)
         fresh = self._start(dead.name)
-        self._actors[self._actors.index(dead)] = fresh
-        self._ready(fresh)
+        self._starting[fresh.handle.ready.remote()] = fresh
         self.restarts += 1
-        return fresh
 
     def handles(self) -> dict[str, Any]:
         """The actors' handles by worker name (for diagnostics and the crash tests)."""
         return {a.name: a.handle for a in self._actors}
 
     def identity(self) -> str:
-        return self._actors[0].identity
+        return self._identity
 
     def close(self) -> None:
-        for a in self._actors:
+        for a in [*self._actors, *self._starting.values()]:
             try:
                 self.ray.kill(a.handle, no_restart=True)
             except Exception:  # already gone with its cluster
                 continue
-        self._actors = []
+        self._actors, self._starting = [], {}
         if self._owns_ray and self.ray.is_initialized():
             self.ray.shutdown()
         self._owns_ray = False
@@ -221,19 +237,24 @@ class RayPool:
         queue = deque(_Batch(i, list(b)) for i, b in enumerate(batches) if b)
         flying: dict[Any, tuple[_Actor, _Batch]] = {}  # object ref -> its actor and batch
         error: BaseException | None = None
-        while queue or flying:
+        while flying or (queue and error is None):
             if error is None:
                 idle = [a for a in self._actors if a not in {x for x, _ in flying.values()}]
                 while idle and queue:
                     a, b = idle.pop(0), queue.popleft()
                     flying[a.handle.plan.remote(b.tasks, max_retries)] = (a, b)
-            if not flying:
-                break
-            [ref], _ = ray.wait(list(flying), num_returns=1)
+            if not flying and not self._starting:
+                raise FastTTSError("no Ray actor is left to plan the remaining lines")
+            [ref], _ = ray.wait([*flying, *self._starting], num_returns=1)
+            if ref in self._starting:
+                fresh = self._starting.pop(ref)
+                self._ready(fresh, ref)
+                self._actors.append(fresh)
+                continue
             a, b = flying.pop(ref)
             try:
                 kind, body = ray.get(ref)
-            except ray.exceptions.RayActorError as e:
+            except self._lost_errors as e:
                 self._lost(a, b, queue, on_final, e)
                 continue
             if kind == "error":
