@@ -298,3 +298,30 @@ def test_ray_auto_attaches_or_starts_a_local_cluster_and_a_dead_address_is_exit_
     with pytest.raises(MissingDependencyError, match=f"--ray 127.0.0.1:{port}: no Ray cluster answers") as e:
         connect(fake, f"127.0.0.1:{port}")
     assert e.value.exit_code == 3 and "ray start --head" in str(e.value) and fake.calls == []
+
+
+def test_a_batch_that_keeps_killing_its_worker_fails_its_lines_not_the_run(
+    tiny_engine_dir: Path, voice_wav: Path, voice_wav2: Path
+) -> None:
+    from collections import deque
+
+    from fasttts_cli.app.fleet_procs import MAX_WORKER_DEATHS, _Batch
+
+    tasks = _tasks(voice_wav, voice_wav2)
+    with ProcessPool(EngineSpec(str(tiny_engine_dir), "cpu-fp32"), 1) as pool:
+        for deaths, requeued in ((0, True), (MAX_WORKER_DEATHS - 1, False)):
+            w = pool._pool[0]
+            os.kill(w.pid, signal.SIGKILL)
+            w.process.join(30)
+            queue: deque[_Batch] = deque()
+            got: list[LineOutcome] = []
+            pool._died(w, _Batch(0, tasks[:2], deaths), queue, got.append)
+            if requeued:  # it runs again, first
+                assert [t.key for t in queue[0].left] == ["k0", "k1"] and not got
+            else:
+                assert not queue and [o.key for o in got] == ["k0", "k1"]
+                assert all(not o.ok and "died (exit code -9)" in (o.problem or "") for o in got)
+        assert pool.restarts == 2
+        fine: list[str] = []
+        _collect(pool, [tasks[:2]], fine)  # the fresh worker plans
+        assert sorted(fine) == ["k0", "k1"]
