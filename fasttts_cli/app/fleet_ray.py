@@ -102,6 +102,8 @@ class PlannerActor:
         return "ready", (self.synth.identity(), os.getpid())
 
     def plan(self, tasks: list[LineTask], max_retries: int) -> tuple[str, Any]:
+        if self.error is not None:  # restarted by Ray, and its engine did not load this time
+            return "error", (self.error, [])
         outs: list[LineOutcome] = []
         try:
             plan_tasks(self.synth, self.voices, tasks, max_retries, outs.append, worker=self.name)
