@@ -13,6 +13,7 @@ Every node needs fasttts installed and the engine at the same path (or the same 
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 from collections import deque
@@ -46,7 +47,7 @@ def connect(ray: Any, address: str, **local: Any) -> bool:
     ray.init options). Returns whether this call connected (and so should disconnect at the end)."""
     if ray.is_initialized():
         return False
-    quiet = {"log_to_driver": False}
+    quiet = {"log_to_driver": False, "logging_level": logging.WARNING}  # fasttts's stderr stays its own
     hint = "start one with `ray start --head` (it prints its address), or use --ray auto"
     if address != "auto":
         problem = unreachable(address)
