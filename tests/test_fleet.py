@@ -325,3 +325,12 @@ def test_a_batch_that_keeps_killing_its_worker_fails_its_lines_not_the_run(
         fine: list[str] = []
         _collect(pool, [tasks[:2]], fine)  # the fresh worker plans
         assert sorted(fine) == ["k0", "k1"]
+
+
+def test_which_specs_need_a_gpu() -> None:
+    from fasttts_cli.app.fleet import needs_gpu
+
+    assert needs_gpu(EngineSpec(None, "fp16")) and needs_gpu(EngineSpec(None, "gpu-torch-fp16"))
+    assert not needs_gpu(EngineSpec(None, "cpu-fp32")) and not needs_gpu(EngineSpec(None, None))
+    assert needs_gpu(EngineSpec(None, "cpu-fp32", device="cuda:1"))  # the device says so
+    assert not needs_gpu(EngineSpec(None, "no-such-preset"))  # the engine load reports that one
