@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from fasttts_cli import __version__
+from fasttts_cli.app.cast_voices import add_cast_report
 from fasttts_cli.app.engine_load import engine_info
 from fasttts_cli.app.job import (
     SR,
@@ -148,6 +149,7 @@ def assemble(
         rep.stage_progress("write", round(duration, 3), round(duration, 3), unit="seconds")
 
     report = _report(o, plan, states, timings, todo, selection, synth, norm, rep, skipped=job.skipped)
+    add_cast_report(report, job, [ln.index for ln in plan.lines])
     report_path = atomic_write_json(paths.work_dir / "report.json", report)
     outputs = {
         ("video" if paths.media.suffix.lower() in VIDEO_EXTS else "audio"): str(paths.media),
@@ -156,6 +158,8 @@ def assemble(
         "plan": str(paths.work_dir / "plan.json"),
         "dub_audio": str(dub_wav),
     }
+    if report["cast"] is not None:
+        outputs["cast"] = report["cast"]["file"]
     rep.event("done", ok=True, outputs=outputs, lines=report["summary"])
     return DubResult(
         ok=True,
@@ -166,6 +170,7 @@ def assemble(
         work_dir=paths.work_dir,
         engine=engine_info(selection, synth, o.preset),
         lines=report["summary"],
+        cast=report["cast"],
     )
 
 

@@ -43,6 +43,9 @@ class DubOptions:
     preset: str | None = None
     input_format: str | None = None
     emotion: EmotionSpec | None = None  # --emotion-audio / --emotion-vector / --emotion-alpha, every voice
+    emotion_from_line: bool = False  # each line's own cue audio is its emotion reference
+    cast: Path | None = None  # --cast: a cast.toml whose references the speakers it names take
+    dialogue_stem: Path | None = None  # references and per-line emotion from this stem, not the video
     name_prefix: bool = False
     strict_voices: bool = False  # a --voice NAME= that matches no speaker is an error, not a warning
     styles: str | None = None  # --styles: the ASS/SSA dialogue styles, comma-separated
@@ -85,6 +88,7 @@ class DubResult:
     lines: dict[str, Any]  # summary counts
     dry_run: bool = False
     plan: dict[str, Any] | None = None
+    cast: dict[str, Any] | None = None  # the cast used (cast_voices.cast_json), when there is one
 
     def to_json(self) -> dict[str, Any]:
         d = {
@@ -101,6 +105,8 @@ class DubResult:
         }
         if self.plan is not None:
             d["plan"] = self.plan
+        if self.cast is not None:
+            d["cast"] = self.cast
         return d
 
 
@@ -184,6 +190,17 @@ def validate_options(o: DubOptions) -> None:
         "--mix keep and --soft-subtitles need a video container (.mp4, .mkv, ...)",
     )
     need(not o.default_subtitles or o.soft_subtitles, "--default-subtitles needs --soft-subtitles")
+    need(
+        not o.emotion_from_line
+        or o.emotion is None
+        or (o.emotion.audio is None and o.emotion.vector is None),
+        "--emotion-from-line and --emotion-audio/--emotion-vector: give one of them, not both",
+        hint="--emotion-alpha sets how strongly each line's own audio steers its emotion",
+    )
+    need(
+        not o.emotion_from_line or o.video is not None or o.dialogue_stem is not None,
+        "--emotion-from-line needs --video (or --dialogue-stem): each line's emotion is cut from its audio",
+    )
 
 
 def timing_options(o: DubOptions, overflow: str | None = None) -> Any:
@@ -299,6 +316,8 @@ class JobInputs:
     read_warnings: list[str] = field(default_factory=list)  # untidy things the reader met
     script_format: str = ""  # what the reader read it as: the re-timed subtitles are written the same way
     subtitle_header: str | None = None  # ASS/SSA: the script's header and styles, for those subtitles
+    cast: Any = None  # cast_voices.CastState: --cast, --voice from-video, --emotion-from-line
+    emotions: dict[int, EmotionSpec] = field(default_factory=dict)  # line -> its own emotion reference
 
 
 def plan_job(

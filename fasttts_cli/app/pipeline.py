@@ -15,6 +15,7 @@ single_line.py).
 from __future__ import annotations
 
 from fasttts_cli.app.assembly import assemble
+from fasttts_cli.app.cast_voices import build_job_cast, cast_json, draft_notice, line_emotions
 from fasttts_cli.app.engine_load import (
     engine_info,
     engine_random_weights,
@@ -45,6 +46,7 @@ from fasttts_cli.synth.synthesizer import Synthesizer
 def read_inputs(o: DubOptions, *, require_voices: bool = True) -> JobInputs:
     """Read and check every input before anything slow runs; each problem names its file or flag.
     `require_voices=False` (inspect) lets speakers without a voice through."""
+    from fasttts_cli.app.cast_voices import check_sources, is_placeholder, resolve_voices
     from fasttts_cli.dubbing.plan import parse_only
     from fasttts_cli.dubbing.readers import layout_untimed, parse_styles, read_script_full
     from fasttts_cli.dubbing.speakers import check_voices, parse_voice_flags, voice_name_problems
@@ -63,7 +65,7 @@ def read_inputs(o: DubOptions, *, require_voices: bool = True) -> JobInputs:
     if untimed:
         # Provisional slots for planning; after synthesis they are re-laid from the real durations.
         cues = layout_untimed(cues)
-    vm = parse_voice_flags(o.voices)
+    vm, cast = resolve_voices(o, cues, parse_voice_flags(o.voices), untimed)
     voice_warnings = voice_name_problems(cues, vm)
     if voice_warnings and o.strict_voices:
         raise UsageError(voice_warnings[0], hint="fix the name, or leave out --strict-voices to only warn")
@@ -84,12 +86,23 @@ def read_inputs(o: DubOptions, *, require_voices: bool = True) -> JobInputs:
     media = require_video(o.video, check_complete=True) if o.video is not None else None
     if o.background is not None:
         probe(o.background, check_complete=True)
+    check_sources(o, media, untimed, vm)
     emotion_audio = o.emotion.audio if o.emotion is not None else None
     for voice in dict.fromkeys([vm.default, *vm.named.values(), emotion_audio]):
-        if voice is not None:
+        if voice is not None and not is_placeholder(voice):
             probe(voice, check_complete=True)
     return JobInputs(
-        cues, vm, only, media, untimed, voice_warnings, got.skipped, got.warnings, got.format, got.header
+        cues,
+        vm,
+        only,
+        media,
+        untimed,
+        voice_warnings,
+        got.skipped,
+        got.warnings,
+        got.format,
+        got.header,
+        cast,
     )
 
 
@@ -129,6 +142,7 @@ def _run_in_work_dir(
     else:
         selection = select_engine(o.engine)
         counter, token_source = token_counter(selection, o.preset)
+    job = build_job_cast(job, rep, paths.work_dir)
     with rep.stage("plan"):
         plan = plan_job(job.cues, job.voices, counter, o, job.only)
     clones = synthesizer.clones_voice if synthesizer is not None else selection.kind != DRAFT
@@ -168,6 +182,7 @@ def _run_in_work_dir(
             },
             dry_run=True,
             plan=plan_json,
+            cast=cast_json(job.cast),
         )
 
     with rep.stage("load"):
@@ -180,8 +195,12 @@ def _run_in_work_dir(
                 "draft voice: the reference voices are NOT cloned; every line is spoken by the Piper "
                 "'joe' voice (set --engine or $FASTTTS_ENGINE to an IndexTTS-2 engine for cloning)"
             )
+            notice = draft_notice(job)
+            if notice:
+                rep.warn(notice)
         if engine_random_weights(selection, synth):
             rep.warn(random_weights_warning(selection))
+        job.emotions = line_emotions(o, rep, job, paths.work_dir)
         states, todo = synthesize_all(o, rep, job, plan, counter, paths, synth)
         with rep.stage("timing"):
             timings = fit_lines(o, rep, job, plan, states, synth)

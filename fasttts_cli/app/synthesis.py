@@ -14,7 +14,7 @@ from fasttts_cli.app.job import GUARD, DubOptions, JobInputs, LineState, OutputP
 from fasttts_cli.app.progress import Reporter
 from fasttts_cli.dubbing.cache import LineCache, check_hits, line_key, line_seed, normalize_text, retry_seed
 from fasttts_cli.errors import FastTTSError, SynthesisError
-from fasttts_cli.synth.synthesizer import LinePlan, Synthesizer, SynthRequest, Voice, plan_rows
+from fasttts_cli.synth.synthesizer import EmotionSpec, LinePlan, Synthesizer, SynthRequest, Voice, plan_rows
 
 
 def _voice_warnings(path: Path, rep: Reporter) -> None:
@@ -67,16 +67,22 @@ def synthesize_all(
         params["lang"] = lang
 
     with rep.stage("voices"):
-        voices: dict[Path, Voice] = {}
+        # One prepared voice per (reference, emotion): a line with its own emotion reference
+        # (--emotion-from-line) has a voice of its own, whose key then carries that reference.
+        voices: dict[tuple[Path, EmotionSpec | None], Voice] = {}
+        checked: set[Path] = set()
         for ln in plan.lines:
-            if ln.voice not in voices:
+            spec = job.emotions.get(ln.index, o.emotion)
+            if (ln.voice, spec) not in voices:
                 name = ln.speaker or ln.voice.stem
-                voices[ln.voice] = synth.prepare_voice(ln.voice, name=name, emotion=o.emotion)
-                _voice_warnings(ln.voice, rep)
+                voices[ln.voice, spec] = synth.prepare_voice(ln.voice, name=name, emotion=spec)
+                if ln.voice not in checked:
+                    checked.add(ln.voice)
+                    _voice_warnings(ln.voice, rep)
 
     states: dict[int, LineState] = {}
     for ln in plan.lines:
-        v = voices[ln.voice]
+        v = voices[ln.voice, job.emotions.get(ln.index, o.emotion)]
         seed = line_seed(ln.text, v.key, o.seed)
         states[ln.index] = LineState(ln, v, seed, line_key(ln.text, v.key, identity, params, seed), lang)
     forced = job.only or set()

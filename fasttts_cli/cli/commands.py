@@ -55,11 +55,24 @@ def dub(
         typer.Option(
             "--voice",
             metavar="[NAME=]PATH",
-            help="Reference voice: PATH (default) or NAME=PATH per speaker; repeat.",
+            help="Reference voice: PATH (default) or NAME=PATH per speaker; repeat. from-video (or "
+            "NAME=from-video): cut from the video's audio (a file of that name: ./from-video).",
         ),
     ] = None,
     video: Annotated[
         Path | None, typer.Option("--video", help="Video to dub; without it, audio only.")
+    ] = None,
+    cast: Annotated[
+        Path | None,
+        typer.Option(
+            "--cast", metavar="CAST.toml", help="Reuse a cast: the speakers it names take its references."
+        ),
+    ] = None,
+    dialogue_stem: Annotated[
+        Path | None,
+        typer.Option(
+            "--dialogue-stem", help="Dialogue-only stem: from-video references and line emotion from it."
+        ),
     ] = None,
     lang: Annotated[
         str, typer.Option("--lang", help="ISO 639-2 code of the dub language (eng, spa, ...).")
@@ -110,6 +123,10 @@ def dub(
     emotion_audio: EmotionAudioOpt = None,
     emotion_vector: EmotionVectorOpt = None,
     emotion_alpha: EmotionAlphaOpt = 1.0,
+    emotion_from_line: Annotated[
+        bool,
+        typer.Option("--emotion-from-line", help="Each line's emotion from its own cue audio in the source."),
+    ] = False,
 ) -> Job:
     """Dub a subtitle/script file: synthesize every line, fit it to its slot, mix, mux."""
     params = dict(locals(), **reading, **timing)  # the flags, named as DubOptions' fields

@@ -15,6 +15,9 @@ from fasttts_cli.dubbing.cues import Cue
 from fasttts_cli.errors import InputError, UsageError
 
 VOICE_HINT = "--voice NAME=PATH for each speaker, or --voice PATH for a default voice"
+# `--voice from-video` / `--voice NAME=from-video`: the reference is cut from the source audio (casting/).
+# Only this exact spelling: a file of that name is given as ./from-video.
+FROM_VIDEO = "from-video"
 
 
 def speaker_key(name: str | None) -> str | None:
@@ -28,6 +31,9 @@ def speaker_key(name: str | None) -> str | None:
 class VoiceMap:
     default: Path | None
     named: dict[str, Path] = field(default_factory=dict)
+    # Speakers whose reference is cut from the source audio: names given as NAME=from-video, and None for
+    # `--voice from-video` (every speaker without a voice of its own). Not in `named` until it is built.
+    from_video: tuple[str | None, ...] = ()
 
     def lookup(self, speaker: str | None) -> Path | None:
         """The voice for `speaker` (its own, else the default), or None when there is none."""
@@ -49,13 +55,16 @@ class VoiceMap:
 
 
 def parse_voice_flags(values: Iterable[str]) -> VoiceMap:
-    """Parse repeated `--voice` values: `PATH` sets the default voice, `NAME=PATH` a speaker's voice.
+    """Parse repeated `--voice` values: `PATH` sets the default voice, `NAME=PATH` a speaker's voice, and
+    `from-video` / `NAME=from-video` asks for a reference cut from the source audio (VoiceMap.from_video).
 
     A value that is an existing file is a path even if it contains '=' (so `a=b.wav` still works); otherwise
     the first '=' splits name and path. Missing files are an InputError naming the flag value.
     """
     default: Path | None = None
     named: dict[str, Path] = {}
+    from_video: list[str | None] = []
+    given: dict[str | None, str] = {}  # speaker key -> what it was given, for the clash message
     for value in values:
         raw = value.strip()
         name: str | None = None
@@ -66,6 +75,17 @@ def parse_voice_flags(values: Iterable[str]) -> VoiceMap:
                 raise UsageError(f"--voice {value}: the name before '=' is empty", hint=VOICE_HINT)
         if not path_text:
             raise UsageError(f"--voice {value}: no file given", hint=VOICE_HINT)
+        if name is not None:
+            key = speaker_key(name)
+            clash = next((n for n in [*named, *(f for f in from_video if f)] if speaker_key(n) == key), None)
+            if clash is not None:
+                raise UsageError(f"--voice {value}: speaker {clash!r} already has a voice ({given[key]})")
+        if path_text == FROM_VIDEO:
+            if name is None and None in from_video:
+                raise UsageError(f"--voice {value}: given twice")
+            from_video.append(name)
+            given[speaker_key(name)] = FROM_VIDEO
+            continue
         path = Path(path_text).expanduser()
         if not path.exists():
             raise InputError(f"--voice {value}", f"voice file {str(path)!r} not found", hint=VOICE_HINT)
@@ -79,11 +99,9 @@ def parse_voice_flags(values: Iterable[str]) -> VoiceMap:
                 )
             default = path
             continue
-        clash = next((n for n in named if speaker_key(n) == speaker_key(name)), None)
-        if clash is not None:
-            raise UsageError(f"--voice {value}: speaker {clash!r} already has a voice ({named[clash]})")
         named[name] = path
-    return VoiceMap(default=default, named=named)
+        given[speaker_key(name)] = str(path)
+    return VoiceMap(default=default, named=named, from_video=tuple(from_video))
 
 
 def speakers_found(cues: Iterable[Cue]) -> dict[str | None, tuple[str | None, int]]:
