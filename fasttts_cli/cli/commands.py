@@ -139,6 +139,8 @@ def dub(
         return run_dub(opts, rep).to_json()
 
     def human(r: dict[str, Any]) -> None:
+        if r.get("cast"):
+            print(f"cast {r['cast']['file']}: {', '.join(r['cast']['speakers'])}")
         if r.get("dry_run"):
             ln = r["lines"]
             print(f"dry run: {ln['total']} lines in {ln['batches']} batches; plan: {r['outputs']['plan']}")

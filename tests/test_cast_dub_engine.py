@@ -1,0 +1,57 @@
+"""--emotion-from-line on the tiny IndexTTS-2 engine: each line's own cue audio conditions its emotion (two
+lines of one speaker get different emotion vectors over the same timbre), and a re-run synthesizes
+nothing (the per-line emotion reference is part of each line's cache key)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from fasttts_cli.app.job import DubOptions
+from fasttts_cli.app.pipeline import run_dub
+from fasttts_cli.dubbing.speakers import FROM_VIDEO
+from tests.conftest_engine import *  # noqa: F403 (fixtures: tiny_engine_dir)
+from tests.test_cast_dub import CUES, _episode
+
+
+def test_emotion_from_line_conditions_each_line_on_the_tiny_engine(
+    tiny_engine_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fasttts_cli.indextts2.synthesizer import IndexTTS2Synthesizer
+
+    ep = _episode(tmp_path / "ep")
+    script = tmp_path / "two.tsv"  # speaker A's two solo lines: enough speech for a cast, two deliveries
+    rows = [f"{s}\t{e}\t{spk}\t{txt}" for s, e, spk, txt, _ in (CUES[0], CUES[4])]
+    script.write_text("start\tend\tspeaker\ttext\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    o = DubOptions(
+        script=script,
+        voices=[FROM_VIDEO],
+        video=ep["video"],
+        emotion_from_line=True,
+        output_dir=tmp_path / "out",
+        work_dir=tmp_path / "work",
+    )
+    synth = IndexTTS2Synthesizer.load(tiny_engine_dir, "cpu-fp32", cache_dir=tmp_path / "voices")
+    prepared: list[Any] = []
+    prepare = synth.prepare_voice
+
+    def spy(path: Path, **kw: Any) -> Any:
+        prepared.append(prepare(path, **kw))
+        return prepared[-1]
+
+    monkeypatch.setattr(synth, "prepare_voice", spy)
+    try:
+        first = run_dub(o, synthesizer=synth)
+        assert first.lines["synthesized"] == 2 and first.lines["emotion_from_line"] == 2
+        a, b = prepared
+        assert a.path == b.path == tmp_path / "work" / "cast" / "A.wav"  # one timbre reference
+        assert a.emotion.audio != b.emotion.audio  # ... and each line's own cue
+        assert np.allclose(a.state.spk_latents, b.state.spk_latents)
+        assert not np.allclose(a.state.emovec, b.state.emovec, atol=1e-5)
+        again = run_dub(o, synthesizer=synth)
+        assert again.lines["synthesized"] == 0 and again.lines["cached"] == 2
+    finally:
+        synth.close()
