@@ -157,6 +157,7 @@ def test_from_video_builds_the_cast_and_speaks_with_it(episode: dict[str, Path],
     assert set(res.to_json()["cast"]["speakers"]) == {"A", "B"}
     report = json.loads((tmp_path / "work" / "report.json").read_text(encoding="utf-8"))
     assert report["cast"]["speakers"]["A"]["from"] == "source"
+    assert [Path(ln["reference"]).name for ln in report["lines"]] == [f"{c[2]}.wav" for c in CUES]
 
 
 def test_an_explicit_voice_wins_and_a_file_named_from_video_is_a_file(

@@ -149,7 +149,7 @@ def assemble(
         rep.stage_progress("write", round(duration, 3), round(duration, 3), unit="seconds")
 
     report = _report(o, plan, states, timings, todo, selection, synth, norm, rep, skipped=job.skipped)
-    add_cast_report(report, job, [ln.index for ln in plan.lines])
+    add_cast_report(report, job, plan.lines)
     report_path = atomic_write_json(paths.work_dir / "report.json", report)
     outputs = {
         ("video" if paths.media.suffix.lower() in VIDEO_EXTS else "audio"): str(paths.media),

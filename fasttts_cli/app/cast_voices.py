@@ -194,9 +194,10 @@ def line_emotions(o: Any, rep: Any, job: Any, work_dir: Path) -> dict[int, Emoti
     if fallbacks:
         from fasttts_cli.app.job import format_ranges
 
+        which = f"line{'s' if len(fallbacks) > 1 else ''} {format_ranges(fallbacks)}"
         rep.warn(
-            f"--emotion-from-line: lines {format_ranges(fallbacks)}: under {MIN_SPEECH} s of speech in their "
-            f"cue audio ({state.source}); they take their emotion from the speaker's reference"
+            f"--emotion-from-line: {which}: under {MIN_SPEECH} s of speech in the cue audio "
+            f"({state.source}); the speaker's reference is the emotion source instead"
         )
     return {i: EmotionSpec(audio=p, alpha=alpha) for i, p in state.emotion_clips.items() if p is not None}
 
@@ -212,15 +213,18 @@ def draft_notice(job: Any) -> str | None:
     )
 
 
-def add_cast_report(report: dict[str, Any], job: Any, line_ids: list[int]) -> None:
-    """report.json's `cast` table and the `emotion_*` counts of its summary (the --json `lines`)."""
+def add_cast_report(report: dict[str, Any], job: Any, lines: list[Any]) -> None:
+    """report.json's `cast` table, the `emotion_*` counts of its summary (the --json `lines`) and each
+    line's timbre and emotion references."""
     state: CastState | None = job.cast
     clips = state.emotion_clips if state is not None else {}
-    used = [i for i in line_ids if clips.get(i) is not None]
-    report["summary"]["emotion_from_line"] = len(used)
-    report["summary"]["emotion_fallbacks"] = sum(1 for i in line_ids if i in clips and clips[i] is None)
+    ids = [ln.index for ln in lines]
+    report["summary"]["emotion_from_line"] = sum(1 for i in ids if clips.get(i) is not None)
+    report["summary"]["emotion_fallbacks"] = sum(1 for i in ids if i in clips and clips[i] is None)
+    voice_of = {ln.index: ln.voice for ln in lines}
     for entry in report["lines"]:
         i = entry["index"]
+        entry["reference"] = str(voice_of[i])
         entry["emotion_reference"] = str(clips[i]) if clips.get(i) is not None else None
         entry["emotion_fallback"] = i in clips and clips[i] is None
     report["cast"] = cast_json(state)
