@@ -42,6 +42,13 @@ from fasttts_cli.errors import ExitCode
 
 # dub and synth take the same --max-retries flag (each keeps its own default).
 MaxRetriesOpt = Annotated[int, typer.Option("--max-retries", help="Re-syntheses of an implausible line.")]
+# The cast from the video (README, "A cast from the video").
+_CAST_HELP = "Reuse a cast.toml: the speakers it names take its references."
+CastOpt = Annotated[Path | None, typer.Option("--cast", metavar="CAST.toml", help=_CAST_HELP)]
+_STEM_HELP = "Dialogue-only stem: from-video references and line emotion are cut from it."
+DialogueStemOpt = Annotated[Path | None, typer.Option("--dialogue-stem", help=_STEM_HELP)]
+_FROM_LINE_HELP = "Each line's emotion from its own cue audio in the source."
+EmotionFromLineOpt = Annotated[bool, typer.Option("--emotion-from-line", help=_FROM_LINE_HELP)]
 
 
 @command("dub", progress=True, epilog=EXIT_CODES_HELP)
@@ -61,18 +68,6 @@ def dub(
     ] = None,
     video: Annotated[
         Path | None, typer.Option("--video", help="Video to dub; without it, audio only.")
-    ] = None,
-    cast: Annotated[
-        Path | None,
-        typer.Option(
-            "--cast", metavar="CAST.toml", help="Reuse a cast: the speakers it names take its references."
-        ),
-    ] = None,
-    dialogue_stem: Annotated[
-        Path | None,
-        typer.Option(
-            "--dialogue-stem", help="Dialogue-only stem: from-video references and line emotion from it."
-        ),
     ] = None,
     lang: Annotated[
         str, typer.Option("--lang", help="ISO 639-2 code of the dub language (eng, spa, ...).")
@@ -123,10 +118,9 @@ def dub(
     emotion_audio: EmotionAudioOpt = None,
     emotion_vector: EmotionVectorOpt = None,
     emotion_alpha: EmotionAlphaOpt = 1.0,
-    emotion_from_line: Annotated[
-        bool,
-        typer.Option("--emotion-from-line", help="Each line's emotion from its own cue audio in the source."),
-    ] = False,
+    emotion_from_line: EmotionFromLineOpt = False,
+    cast: CastOpt = None,
+    dialogue_stem: DialogueStemOpt = None,
 ) -> Job:
     """Dub a subtitle/script file: synthesize every line, fit it to its slot, mix, mux."""
     params = dict(locals(), **reading, **timing)  # the flags, named as DubOptions' fields
