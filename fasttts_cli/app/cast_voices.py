@@ -37,6 +37,18 @@ class CastState:
     built: list[CastEntry] = field(default_factory=list)
     cast_file: Path | None = None  # <work>/cast.toml once written
     emotion_clips: dict[int, Path | None] = field(default_factory=dict)  # line -> clip (None: fallback)
+    # The source decoded once (mono at REF_SR) for both the references and the emotion clips; dropped once
+    # the clips are cut (a film's audio is hundreds of MB).
+    audio: Any = field(default=None, repr=False)
+
+    def source_audio(self) -> Any:
+        from fasttts_cli.audio.load import load_audio
+        from fasttts_cli.casting.build import REF_SR
+
+        assert self.source is not None
+        if self.audio is None:
+            self.audio = load_audio(self.source, REF_SR)
+        return self.audio
 
     @property
     def active(self) -> bool:
@@ -140,9 +152,10 @@ def is_placeholder(path: Path | None) -> bool:
     return path is not None and str(path).startswith(_PLACEHOLDER.split("{")[0])
 
 
-def build_job_cast(job: Any, rep: Any, work_dir: Path) -> Any:
+def build_job_cast(job: Any, rep: Any, work_dir: Path, *, keep_source: bool = False) -> Any:
     """Cut the pending references into `work_dir/cast/`, write `work_dir/cast.toml` (those and the --cast
-    entries used) and return the job with the real reference paths in its voice map."""
+    entries used) and return the job with the real reference paths in its voice map. `keep_source`: keep
+    the decoded source for the emotion clips (line_emotions)."""
     from fasttts_cli.casting.build import build_cast, write_work_cast
 
     state: CastState | None = job.cast
@@ -153,7 +166,11 @@ def build_job_cast(job: Any, rep: Any, work_dir: Path) -> Any:
         speakers = list(state.pending.values())
         flag = "--voice from-video" if None in job.voices.from_video else "--voice NAME=from-video"
         with rep.stage("cast"):
-            state.built = build_cast(job.cues, speakers, state.source, work_dir, flag=flag)
+            state.built = build_cast(
+                job.cues, speakers, state.source, work_dir, flag=flag, audio=state.source_audio()
+            )
+        if not keep_source:
+            state.audio = None
         real = {ph: e.reference for ph, e in zip(state.pending, state.built, strict=True)}
         vm = job.voices
         named = {n: real.get(p, p) for n, p in vm.named.items()}
@@ -174,7 +191,6 @@ def build_job_cast(job: Any, rep: Any, work_dir: Path) -> Any:
 def line_emotions(o: Any, rep: Any, job: Any, work_dir: Path) -> dict[int, EmotionSpec]:
     """--emotion-from-line: line -> its emotion spec (its own cue clip), clips cut into `work_dir/emotion/`;
     lines whose cue holds too little speech are left out (they keep the speaker's reference)."""
-    from fasttts_cli.audio.load import load_audio
     from fasttts_cli.casting.build import REF_SR
     from fasttts_cli.casting.cue_clips import MIN_SPEECH, write_cue_clips
     from fasttts_cli.casting.reference import programme_levels
@@ -184,11 +200,12 @@ def line_emotions(o: Any, rep: Any, job: Any, work_dir: Path) -> dict[int, Emoti
     if not o.emotion_from_line or state.source is None:
         return {}
     with rep.stage("emotion"):
-        x = load_audio(state.source, REF_SR)
+        x = state.source_audio()
         spans = cue_spans(job.cues)
         state.emotion_clips = write_cue_clips(
             x, REF_SR, spans, programme_levels(x, REF_SR), work_dir / "emotion"
         )
+        state.audio = None
     alpha = o.emotion.alpha if o.emotion is not None else 1.0
     fallbacks = [i for i, p in state.emotion_clips.items() if p is None]
     if fallbacks:

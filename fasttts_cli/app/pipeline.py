@@ -142,7 +142,7 @@ def _run_in_work_dir(
     else:
         selection = select_engine(o.engine)
         counter, token_source = token_counter(selection, o.preset)
-    job = build_job_cast(job, rep, paths.work_dir)
+    job = build_job_cast(job, rep, paths.work_dir, keep_source=o.emotion_from_line and not o.dry_run)
     with rep.stage("plan"):
         plan = plan_job(job.cues, job.voices, counter, o, job.only)
     clones = synthesizer.clones_voice if synthesizer is not None else selection.kind != DRAFT

@@ -42,12 +42,14 @@ def build_cast(
     flag: str = "--voice NAME=from-video",
     ref_dir: Path | None = None,
     on_short: Callable[[str, float], None] | None = None,
+    audio: np.ndarray | None = None,
 ) -> list[CastEntry]:
     """One CastEntry per speaker in `speakers` (None: the lines without a speaker), references written under
     `ref_dir` (default `work_dir/cast/`). A speaker with under MIN_SECONDS of clean solo speech is a
     UsageError naming the speaker and the seconds found, or, given `on_short`, reported to it (name,
-    seconds found) and left out."""
-    audio = load_audio(source, REF_SR)
+    seconds found) and left out. `audio`: `source` already decoded (mono at REF_SR), when the caller has
+    it."""
+    audio = load_audio(source, REF_SR) if audio is None else audio
     levels = programme_levels(audio, REF_SR)
     sha = file_sha256(source)
     entries: list[CastEntry] = []
