@@ -55,3 +55,30 @@ def test_emotion_from_line_conditions_each_line_on_the_tiny_engine(
         assert again.lines["synthesized"] == 0 and again.lines["cached"] == 2
     finally:
         synth.close()
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.6])
+def test_a_clip_over_a_prepared_speaker_equals_the_whole_voice_flow(
+    tiny_engine_dir: Path, tmp_path: Path, alpha: float
+) -> None:
+    """prepare_voice with an emotion clip conditions the speaker once and adds the clip's emotion chain
+    alone (indextts2/clip_emotion.py): the result equals voice_conditioning(speaker, clip) field by field,
+    and the clip's cache entry is its (D,) vector, not a whole voice."""
+    from fasttts_cli.indextts2.synthesizer import IndexTTS2Synthesizer
+    from fasttts_cli.synth.synthesizer import EmotionSpec
+
+    speaker = write_test_voice(tmp_path / "spk.wav", 3.0, f0=140.0, seed=1)  # noqa: F405
+    clip = write_test_voice(tmp_path / "clip.wav", 1.5, f0=260.0, seed=2)  # noqa: F405
+    synth = IndexTTS2Synthesizer.load(tiny_engine_dir, "cpu-fp32", cache_dir=tmp_path / "voices")
+    try:
+        got = synth.prepare_voice(speaker, emotion=EmotionSpec(audio=clip, alpha=alpha)).state
+        e = synth.engine
+        want = e.voice_conditioning(e.speaker_audio(speaker), e.emotion_audio(clip), alpha=alpha)
+        for k in want.FIELDS:
+            np.testing.assert_allclose(getattr(got, k), getattr(want, k), rtol=1e-5, atol=1e-6, err_msg=k)
+        again = synth.prepare_voice(speaker, emotion=EmotionSpec(audio=clip, alpha=alpha))
+        assert synth.last_voice_cached and np.array_equal(again.state.emovec, got.emovec)
+        sizes = sorted(p.stat().st_size for p in (tmp_path / "voices").rglob("*.npz"))
+        assert sizes[0] < sizes[-1] / 4  # the clip's entry: one vector
+    finally:
+        synth.close()

@@ -33,6 +33,7 @@ import numpy as np
 
 from fasttts_cli import __version__
 from fasttts_cli.errors import EngineMismatchError, InputError, UsageError
+from fasttts_cli.indextts2.clip_emotion import with_clip_emotion
 from fasttts_cli.indextts2.engine import (
     MODEL_ID,
     IndexTTS2Engine,
@@ -159,15 +160,33 @@ class IndexTTS2Synthesizer:
         if not math.isfinite(spec.alpha):
             raise UsageError(f"--emotion-alpha {spec.alpha}: must be a number")
         sha = file_sha256(path)
-        lim = self.engine.preset.limits
-        key = voice_key(
-            sha,
-            self.engine.identity(),
-            emotion_audio_sha256=emo_sha,
-            vector=vector,
-            alpha=spec.alpha,
-            extra={"max_ref_seconds": lim.max_ref_seconds, "code": ENGINE_CODE_REV},
-        )
+        extra = {"max_ref_seconds": self.engine.preset.limits.max_ref_seconds, "code": ENGINE_CODE_REV}
+        if spec.audio is not None and vector is None:
+            # Only the emovec depends on an emotion clip: the speaker's own conditioning once, then the clip's
+            # emotion chain alone (clip_emotion.py; one clip per line with --emotion-from-line).
+            clip = (Path(spec.audio), emo_sha or "")
+            own = self._conditioning(path, sha, None, None, 1.0, extra)
+            cond, self.last_voice_cached = with_clip_emotion(
+                self.engine, self.cache, own, (path, sha), clip, spec.alpha, extra
+            )
+        else:
+            emo = (Path(spec.audio), emo_sha or "") if spec.audio is not None else None
+            cond = self._conditioning(path, sha, emo, vector, spec.alpha, extra)
+        return contract.Voice(name=name or path.stem, path=path, audio_sha256=sha, emotion=spec, state=cond)
+
+    def _conditioning(
+        self,
+        path: Path,
+        sha: str,
+        emotion: tuple[Path, str] | None,
+        vector: tuple[float, ...] | None,
+        alpha: float,
+        extra: dict[str, Any],
+    ) -> VoiceConditioning:
+        """A whole voice's conditioning from the voice cache, or computed and cached."""
+        ident = self.engine.identity()
+        emo_sha = emotion[1] if emotion is not None else None
+        key = voice_key(sha, ident, emotion_audio_sha256=emo_sha, vector=vector, alpha=alpha, extra=extra)
         hit = self.cache.get(key)
         cond = None
         if hit is not None:
@@ -179,11 +198,11 @@ class IndexTTS2Synthesizer:
         if cond is None:
             e = self.engine
             speaker = e.speaker_audio(path)
-            emo16 = e.emotion_audio(spec.audio if spec.audio is not None else path)
+            emo16 = e.emotion_audio(emotion[0] if emotion is not None else path)
             with e.times.time("voice"):
-                cond = e.voice_conditioning(speaker, emo16, alpha=spec.alpha, vector=vector)
+                cond = e.voice_conditioning(speaker, emo16, alpha=alpha, vector=vector)
             self.cache.put(key, cond.arrays())
-        return contract.Voice(name=name or path.stem, path=path, audio_sha256=sha, emotion=spec, state=cond)
+        return cond
 
     def synthesize(
         self, requests: Sequence[contract.SynthRequest], on_result: contract.ResultCallback | None = None

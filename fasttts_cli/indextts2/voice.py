@@ -106,8 +106,22 @@ class VoiceFlow:
             # base + (emo - base) is emo up to one rounding step: skip the speaker-side emotion
             # conditioner (about 10% of a voice's preparation) in the default case.
             return emo_vec
-        base = self._stages().emovec_of(spk_cond_emb)
-        return emo.blend_emovec(base[None], emo_vec[None], alpha)[0]
+        return self.blend_emovec(emo_vec, self._stages().emovec_of(spk_cond_emb), alpha)
+
+    @staticmethod
+    def blend_emovec(emo_vec: np.ndarray, base: np.ndarray, alpha: float) -> np.ndarray:
+        return emo_vec if alpha == 1.0 else emo.blend_emovec(base[None], emo_vec[None], alpha)[0]
+
+    def speaker_emovec(self, speaker: feat.SpeakerAudio) -> np.ndarray:
+        """The emotion conditioner's vector of the speaker reference itself: where an alpha blend starts."""
+        stages = self._stages()
+        return stages.emovec_of(stages.w2v_bert(speaker.audio_16k))
+
+    def clip_emovec(self, emotion_16k: np.ndarray) -> np.ndarray:
+        """The emotion chain alone (stage 3.1 before the blend), for a clip over a speaker whose other
+        conditioning is already known: only the emovec depends on the emotion reference."""
+        stages = self._stages()
+        return stages.emovec_of(stages.w2v_bert(emotion_16k))
 
     def emotion_vector_mode(
         self, style: np.ndarray, weights: Sequence[float], emovec: np.ndarray, alpha: float = 1.0
