@@ -57,19 +57,22 @@ def test_emotion_from_line_conditions_each_line_on_the_tiny_engine(
         synth.close()
 
 
-@pytest.mark.parametrize("alpha", [1.0, 0.6])
+@pytest.mark.parametrize(("model", "alpha"), [("2", 1.0), ("2", 0.6), ("2.5", 0.6)])
 def test_a_clip_over_a_prepared_speaker_equals_the_whole_voice_flow(
-    tiny_engine_dir: Path, tmp_path: Path, alpha: float
+    request: pytest.FixtureRequest, tmp_path: Path, model: str, alpha: float
 ) -> None:
     """prepare_voice with an emotion clip conditions the speaker once and adds the clip's emotion chain
     alone (indextts2/clip_emotion.py): the result equals voice_conditioning(speaker, clip) field by field,
     and the clip's cache entry is its (D,) vector, not a whole voice."""
     from fasttts_cli.indextts2.synthesizer import IndexTTS2Synthesizer
+    from fasttts_cli.indextts25.synthesizer import IndexTTS25Synthesizer
     from fasttts_cli.synth.synthesizer import EmotionSpec
 
+    cls = IndexTTS2Synthesizer if model == "2" else IndexTTS25Synthesizer
+    folder = request.getfixturevalue("tiny_engine_dir" if model == "2" else "engine25_dir")
     speaker = write_test_voice(tmp_path / "spk.wav", 3.0, f0=140.0, seed=1)  # noqa: F405
     clip = write_test_voice(tmp_path / "clip.wav", 1.5, f0=260.0, seed=2)  # noqa: F405
-    synth = IndexTTS2Synthesizer.load(tiny_engine_dir, "cpu-fp32", cache_dir=tmp_path / "voices")
+    synth = cls.load(folder, "cpu-fp32", cache_dir=tmp_path / "voices")
     try:
         got = synth.prepare_voice(speaker, emotion=EmotionSpec(audio=clip, alpha=alpha)).state
         e = synth.engine
