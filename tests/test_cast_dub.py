@@ -314,3 +314,15 @@ def test_cli_exit_2_names_the_flag(
     code, r = _cli(capsys, "dub", episode["script"], *args, "--output-dir", tmp_path, "--dry-run", "--json")
     assert code == int(ExitCode.USAGE), r
     assert flag in r["error"], r
+
+
+def test_flags_with_nothing_to_act_on_warn(episode: dict[str, Path], tmp_path: Path) -> None:
+    other = tmp_path / "other.toml"
+    other.write_text('[speakers.ZED]\nreference = "z.wav"\n', encoding="utf-8")
+    shutil.copy(episode["dialogue"], tmp_path / "z.wav")
+    o = _opts(
+        episode, tmp_path, voices=[str(episode["dialogue"])], cast=other, dialogue_stem=episode["dialogue"]
+    )
+    res = run_dub(o, synthesizer=SpyFake())
+    assert any("names none of the script's speakers" in w and "ZED" in w for w in res.warnings)
+    assert any("--dialogue-stem" in w and "not used" in w for w in res.warnings)

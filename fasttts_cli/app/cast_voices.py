@@ -37,6 +37,7 @@ class CastState:
     built: list[CastEntry] = field(default_factory=list)
     cast_file: Path | None = None  # <work>/cast.toml once written
     emotion_clips: dict[int, Path | None] = field(default_factory=dict)  # line -> clip (None: fallback)
+    warnings: list[str] = field(default_factory=list)  # flags that had nothing to act on
     # The source decoded once (mono at REF_SR) for both the references and the emotion clips; dropped once
     # the clips are cut (a film's audio is hundreds of MB).
     audio: Any = field(default=None, repr=False)
@@ -144,6 +145,14 @@ def resolve_voices(
         if n is not None and not any(speaker_key(k) == speaker_key(n) for k in named):
             named[n] = Path(_PLACEHOLDER.format(n))
     state.reused = list(used.values())
+    if o.cast is not None and not used:
+        names = ", ".join(e.name for e in entries[:12])
+        state.warnings.append(f"--cast {o.cast}: names none of the script's speakers (it has {names})")
+    if o.dialogue_stem is not None and not (vm.from_video or o.emotion_from_line):
+        state.warnings.append(
+            f"--dialogue-stem {o.dialogue_stem} is not used: it is the source of --voice from-video "
+            "references and --emotion-from-line clips, and neither is given"
+        )
     return VoiceMap(default=default, named=named, from_video=vm.from_video), state
 
 

@@ -99,7 +99,7 @@ def read_inputs(o: DubOptions, *, require_voices: bool = True) -> JobInputs:
         untimed,
         voice_warnings,
         got.skipped,
-        got.warnings,
+        got.warnings + cast.warnings,
         got.format,
         got.header,
         cast,
