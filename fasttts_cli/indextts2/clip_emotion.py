@@ -29,13 +29,13 @@ def with_clip_emotion(
     cache: VoiceCache,
     own: VoiceConditioning,
     speaker: tuple[Path, str],
-    clip: tuple[Path, str],
-    alpha: float,
+    clip: tuple[Path, str, float],
     extra: Mapping[str, object],
 ) -> tuple[VoiceConditioning, bool]:
-    """`own` (the speaker's conditioning with its own emotion) with the emotion of `clip` at `alpha`;
-    speaker and clip as (path, sha256). Also whether the clip's vector came from the cache."""
-    (path, sha), (clip_path, clip_sha) = speaker, clip
+    """`own` (the speaker's conditioning with its own emotion) with the emotion of `clip` at its alpha;
+    speaker as (path, sha256), clip as (path, sha256, alpha). Also whether the clip's vector came from
+    the cache."""
+    (path, sha), (clip_path, clip_sha, alpha) = speaker, clip
     ident = engine.identity()
     key = voice_key(sha, ident, emotion_audio_sha256=clip_sha, alpha=alpha, extra={**extra, "part": "emovec"})
     emovec = _vector(cache, key)

@@ -164,10 +164,10 @@ class IndexTTS2Synthesizer:
         if spec.audio is not None and vector is None:
             # Only the emovec depends on an emotion clip: the speaker's own conditioning once, then the clip's
             # emotion chain alone (clip_emotion.py; one clip per line with --emotion-from-line).
-            clip = (Path(spec.audio), emo_sha or "")
+            clip = (Path(spec.audio), emo_sha or "", spec.alpha)
             own = self._conditioning(path, sha, None, None, 1.0, extra)
             cond, self.last_voice_cached = with_clip_emotion(
-                self.engine, self.cache, own, (path, sha), clip, spec.alpha, extra
+                self.engine, self.cache, own, (path, sha), clip, extra
             )
         else:
             emo = (Path(spec.audio), emo_sha or "") if spec.audio is not None else None
