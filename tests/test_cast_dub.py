@@ -203,7 +203,7 @@ def test_a_reused_cast_with_one_edited_reference_resynthesizes_only_that_speaker
 
 
 def test_emotion_from_line_gives_each_line_its_own_cue_and_reruns_from_the_cache(
-    episode: dict[str, Path], tmp_path: Path
+    episode: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake = SpyFake()
     o = _opts(episode, tmp_path, emotion_from_line=True, emotion=EmotionSpec(alpha=0.7))
@@ -222,6 +222,11 @@ def test_emotion_from_line_gives_each_line_its_own_cue_and_reruns_from_the_cache
     res = run_dub(o, synthesizer=again)
     assert again.spoken == [] and res.lines["cached"] == len(CUES)
     assert {c: c.stat().st_mtime_ns for c in clips} == stamps  # cut once, not rewritten
+    # the same work folder spelled another way: the clips' keys name their content, not their path
+    monkeypatch.chdir(tmp_path)
+    relative = SpyFake()
+    o.work_dir, o.output_dir = Path("work"), Path(".")
+    assert run_dub(o, synthesizer=relative).lines["cached"] == len(CUES) and relative.spoken == []
 
 
 def test_dialogue_stem_is_the_source_and_background_takes_the_me_stem(

@@ -225,7 +225,8 @@ def line_emotions(o: Any, rep: Any, job: Any, work_dir: Path) -> dict[int, Emoti
             f"--emotion-from-line: {which}: under {MIN_SPEECH} s of speech in the cue audio "
             f"({state.source}); the speaker's reference is the emotion source instead"
         )
-    return {i: EmotionSpec(audio=p, alpha=alpha) for i, p in state.emotion_clips.items() if p is not None}
+    clips = state.emotion_clips.items()
+    return {i: EmotionSpec(audio=p, alpha=alpha, audio_sha256=p.stem) for i, p in clips if p is not None}
 
 
 def draft_notice(job: Any) -> str | None:

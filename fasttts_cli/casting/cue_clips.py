@@ -46,8 +46,8 @@ def cue_clip(x: np.ndarray, sr: int, span: Span, levels: Levels, db: np.ndarray)
 def write_cue_clips(
     x: np.ndarray, sr: int, spans: Mapping[int, Span], levels: Levels, folder: Path
 ) -> dict[int, Path | None]:
-    """line -> its clip under `folder` (`ab/<sha256>.wav`), or None (too little speech). A clip already
-    there is not rewritten."""
+    """line -> its clip under `folder` (`ab/<sha256>.wav`, the stem naming its content: callers key on
+    it), or None (too little speech). A clip already there is not rewritten."""
     db = frame_db(x, sr)
     out: dict[int, Path | None] = {}
     for i, span in spans.items():

@@ -40,9 +40,14 @@ class EmotionSpec:
         None  # 8 values: happy, angry, sad, afraid, disgusted, melancholic, surprised, calm
     )
     alpha: float = 1.0  # blend strength of the emotion reference
+    # The audio's sha256, where the caller knows it (--emotion-from-line's content-named clips): the key
+    # then names the content, not the path, so the same clip under another spelling of the work folder
+    # keeps its lines cached.
+    audio_sha256: str | None = None
 
     def key(self) -> str:
-        return f"audio={self.audio}|vector={self.vector}|alpha={self.alpha}"
+        audio = f"sha256:{self.audio_sha256}" if self.audio_sha256 else self.audio
+        return f"audio={audio}|vector={self.vector}|alpha={self.alpha}"
 
 
 @dataclass(frozen=True)
