@@ -43,20 +43,11 @@ class CastState:
     audio: Any = field(default=None, repr=False)
 
     def source_audio(self) -> Any:
-        """Mono at REF_SR, decoded block by block: a film's 5.1 track at its own rate is never in
-        memory whole (8 GB for two hours), only the mono result (0.7 GB)."""
-        import numpy as np
-
-        from fasttts_cli.audio.load import AudioReader, to_mono
-        from fasttts_cli.casting.build import REF_SR
+        from fasttts_cli.casting.build import load_source
 
         assert self.source is not None
         if self.audio is None:
-            blocks = []
-            with AudioReader(self.source, REF_SR) as reader:
-                while (block := reader.read(1 << 20)).shape[1]:
-                    blocks.append(to_mono(block))
-            self.audio = np.concatenate(blocks) if blocks else np.zeros(0, np.float32)
+            self.audio = load_source(self.source)
         return self.audio
 
     @property
