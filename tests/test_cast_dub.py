@@ -331,3 +331,29 @@ def test_flags_with_nothing_to_act_on_warn(episode: dict[str, Path], tmp_path: P
     res = run_dub(o, synthesizer=SpyFake())
     assert any("names none of the script's speakers" in w and "ZED" in w for w in res.warnings)
     assert any("--dialogue-stem" in w and "not used" in w for w in res.warnings)
+
+
+SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+
+
+@pytest.mark.skipif(
+    not (SAMPLES / "dialogue.mp4").is_file(), reason="samples/dialogue.mp4 is not in this tree"
+)
+def test_the_two_speaker_sample_casts_from_its_own_cues(tmp_path: Path, capsys) -> None:
+    from fasttts_cli.dubbing.readers import read_script_full
+
+    script = SAMPLES / "dialogue.ass"
+    code, r = _cli(
+        capsys, "dub", script, "--video", SAMPLES / "dialogue.mp4", "--voice", FROM_VIDEO,
+        "--output-dir", tmp_path, "--dry-run", "--json",
+    )  # fmt: skip
+    assert code == 0, r
+    cues = read_script_full(script).cues
+    doc = tomllib.loads(Path(r["cast"]["file"]).read_text(encoding="utf-8"))["speakers"]
+    assert set(doc) == {c.speaker for c in cues}
+    for name, t in doc.items():
+        own = [(c.start, c.end) for c in cues if c.speaker == name]
+        other = [(c.start, c.end) for c in cues if c.speaker != name]
+        for a, b in t["spans"]:
+            assert any(s <= a and b <= e for s, e in own) and all(b <= s or a >= e for s, e in other)
+        assert 3.0 <= sf.info(str(Path(r["cast"]["file"]).parent / t["reference"])).duration <= 12.0
