@@ -357,3 +357,20 @@ def test_the_two_speaker_sample_casts_from_its_own_cues(tmp_path: Path, capsys) 
         for a, b in t["spans"]:
             assert any(s <= a and b <= e for s, e in own) and all(b <= s or a >= e for s, e in other)
         assert 3.0 <= sf.info(str(Path(r["cast"]["file"]).parent / t["reference"])).duration <= 12.0
+
+
+def test_an_edited_emotion_audio_resynthesizes_its_lines(episode: dict[str, Path], tmp_path: Path) -> None:
+    emo = tmp_path / "emo.wav"
+    shutil.copy(episode["dialogue"], emo)
+    o = _opts(episode, tmp_path, voices=[str(episode["dialogue"])], emotion=EmotionSpec(audio=emo))
+    run_dub(o, synthesizer=SpyFake())
+    o.emotion = EmotionSpec(audio=emo)  # a fresh run's options, as the CLI makes them
+    same = SpyFake()
+    run_dub(o, synthesizer=same)
+    assert same.spoken == []
+    audio, sr = sf.read(emo, dtype="float32")
+    sf.write(emo, 0.5 * audio, sr)
+    o.emotion = EmotionSpec(audio=emo)
+    edited = SpyFake()
+    run_dub(o, synthesizer=edited)
+    assert len(edited.spoken) == len(CUES)

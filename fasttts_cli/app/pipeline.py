@@ -91,6 +91,13 @@ def read_inputs(o: DubOptions, *, require_voices: bool = True) -> JobInputs:
     for voice in dict.fromkeys([vm.default, *vm.named.values(), emotion_audio]):
         if voice is not None and not is_placeholder(voice):
             probe(voice, check_complete=True)
+    if o.emotion is not None and o.emotion.audio is not None and o.emotion.audio_sha256 is None:
+        from dataclasses import replace
+
+        from fasttts_cli.spec.engine_folder import file_sha256
+
+        # The lines' keys name the --emotion-audio content, not its path: an edited clip re-synthesizes.
+        o.emotion = replace(o.emotion, audio_sha256=file_sha256(o.emotion.audio))
     return JobInputs(
         cues,
         vm,
