@@ -114,11 +114,16 @@ def read_inputs(o: DubOptions, *, require_voices: bool = True) -> JobInputs:
 
 
 def run_dub(
-    o: DubOptions, rep: Reporter | None = None, *, synthesizer: Synthesizer | None = None
+    o: DubOptions,
+    rep: Reporter | None = None,
+    *,
+    synthesizer: Synthesizer | None = None,
+    planned: frozenset[str] = frozenset(),
 ) -> DubResult:
     """Run the whole dub job. Raises FastTTSError subclasses (with exit codes) on failure;
     KeyboardInterrupt leaves the cache consistent (every entry is complete or absent).
-    `synthesizer` overrides engine selection (tests, embedding programs)."""
+    `synthesizer` overrides engine selection (tests, embedding programs, `fasttts batch`); `planned`: the
+    plan-cache keys the caller planned for this job just before (reported as synthesized, not cached)."""
     rep = rep or Reporter(verbosity=QUIET)
     validate_options(o)
     with rep.stage("read"):
@@ -136,11 +141,16 @@ def run_dub(
         left = sweep_run_leftovers(paths.work_dir, [paths.media, paths.subtitles])
         if left:
             rep.info(f"removed {len(left)} partial file(s) an interrupted run left behind")
-        return _run_in_work_dir(o, rep, job, paths, synthesizer)
+        return _run_in_work_dir(o, rep, job, paths, synthesizer, planned)
 
 
 def _run_in_work_dir(
-    o: DubOptions, rep: Reporter, job: JobInputs, paths: OutputPaths, synthesizer: Synthesizer | None
+    o: DubOptions,
+    rep: Reporter,
+    job: JobInputs,
+    paths: OutputPaths,
+    synthesizer: Synthesizer | None,
+    planned: frozenset[str],
 ) -> DubResult:
     """The job once the work dir is ours: plan, synthesize, assemble, write."""
     if synthesizer is not None:
@@ -208,7 +218,7 @@ def _run_in_work_dir(
         if engine_random_weights(selection, synth):
             rep.warn(random_weights_warning(selection))
         job.emotions = line_emotions(o, rep, job, paths.work_dir)
-        states, todo = synthesize_all(o, rep, job, plan, counter, paths, synth)
+        states, todo = synthesize_all(o, rep, job, plan, counter, paths, synth, planned)
         with rep.stage("timing"):
             timings = fit_lines(o, rep, job, plan, states, synth)
         render_all(o, rep, job, states, timings, synth, paths)

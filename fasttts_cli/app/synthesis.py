@@ -46,6 +46,61 @@ class DubInterrupted(KeyboardInterrupt):
         self.message = message
 
 
+def key_params(synth: Synthesizer, o: DubOptions) -> tuple[str | None, dict[str, Any]]:
+    """The language the lines are spoken in, and the per-line synthesis parameters that go into every
+    line's cache key (exit 2 before any voice is prepared if the model cannot speak --lang)."""
+    from fasttts_cli.synth.languages import spoken_language
+
+    lang = spoken_language(synth, o.lang)
+    params: dict[str, Any] = {"options": {}}  # per-line synthesis options (none yet): part of the key
+    if lang is not None:
+        params["lang"] = lang
+    return lang, params
+
+
+VoiceKey = tuple[Path, EmotionSpec | None]
+
+
+def prepare_voices(
+    o: DubOptions, rep: Reporter, job: JobInputs, plan: Any, synth: Synthesizer
+) -> dict[VoiceKey, Voice]:
+    """One prepared voice per (reference, emotion): a line with its own emotion reference
+    (--emotion-from-line, `job.emotions`) has a voice of its own, whose key then carries that reference.
+    The engine caches the conditioning on disk."""
+    voices: dict[VoiceKey, Voice] = {}
+    checked: set[Path] = set()
+    for ln in plan.lines:
+        spec = job.emotions.get(ln.index, o.emotion)
+        if (ln.voice, spec) not in voices:
+            name = ln.speaker or ln.voice.stem
+            voices[ln.voice, spec] = synth.prepare_voice(ln.voice, name=name, emotion=spec)
+            if ln.voice not in checked:
+                checked.add(ln.voice)
+                _voice_warnings(ln.voice, rep)
+    return voices
+
+
+def line_states(
+    o: DubOptions,
+    job: JobInputs,
+    plan: Any,
+    synth: Synthesizer,
+    voices: dict[VoiceKey, Voice],
+    lang: str | None,
+    params: Any,
+) -> dict[int, LineState]:
+    """Every planned line's voice, seed and plan-cache key: the one rule for a line's key, used by a
+    single dub and by `fasttts batch`'s pre-pass alike (so the pre-pass fills exactly the entries the
+    job then finds)."""
+    identity = synth.identity()
+    states: dict[int, LineState] = {}
+    for ln in plan.lines:
+        v = voices[ln.voice, job.emotions.get(ln.index, o.emotion)]
+        seed = line_seed(ln.text, v.key, o.seed)
+        states[ln.index] = LineState(ln, v, seed, line_key(ln.text, v.key, identity, params, seed), lang)
+    return states
+
+
 def synthesize_all(
     o: DubOptions,
     rep: Reporter,
@@ -54,37 +109,18 @@ def synthesize_all(
     counter: Callable[[str], int],
     paths: OutputPaths,
     synth: Synthesizer,
+    planned: frozenset[str] = frozenset(),
 ) -> tuple[dict[int, LineState], list[int]]:
     """Prepare voices, find plan-cache misses, plan them batch by batch; every line ends with a plan
-    (from the cache or fresh) or an error allowed by the failure policy."""
-    from fasttts_cli.synth.languages import spoken_language
-
+    (from the cache or fresh) or an error allowed by the failure policy. `planned`: keys this run has
+    already planned and cached (`fasttts batch`'s pre-pass): found in the cache, they are reported as
+    synthesized, not cached, as a single dub would report them."""
     cache = LineCache(paths.work_dir / "plans")
     identity = synth.identity()
-    lang = spoken_language(synth, o.lang)  # exit 2 before any voice is prepared if the model cannot speak it
-    params: dict[str, Any] = {"options": {}}  # per-line synthesis options (none yet): part of the key
-    if lang is not None:
-        params["lang"] = lang
-
+    lang, params = key_params(synth, o)
     with rep.stage("voices"):
-        # One prepared voice per (reference, emotion): a line with its own emotion reference
-        # (--emotion-from-line) has a voice of its own, whose key then carries that reference.
-        voices: dict[tuple[Path, EmotionSpec | None], Voice] = {}
-        checked: set[Path] = set()
-        for ln in plan.lines:
-            spec = job.emotions.get(ln.index, o.emotion)
-            if (ln.voice, spec) not in voices:
-                name = ln.speaker or ln.voice.stem
-                voices[ln.voice, spec] = synth.prepare_voice(ln.voice, name=name, emotion=spec)
-                if ln.voice not in checked:
-                    checked.add(ln.voice)
-                    _voice_warnings(ln.voice, rep)
-
-    states: dict[int, LineState] = {}
-    for ln in plan.lines:
-        v = voices[ln.voice, job.emotions.get(ln.index, o.emotion)]
-        seed = line_seed(ln.text, v.key, o.seed)
-        states[ln.index] = LineState(ln, v, seed, line_key(ln.text, v.key, identity, params, seed), lang)
+        voices = prepare_voices(o, rep, job, plan, synth)
+    states = line_states(o, job, plan, synth, voices, lang, params)
     forced = job.only or set()
     # Every hit is verified in full before the to-do list is made (meta, .npy header and size, checksum:
     # about 1 s for a 2-hour film's 1500 lines), so a damaged entry is re-synthesized now and placement
@@ -98,13 +134,15 @@ def synthesize_all(
             f"{why}; removed, it will be re-synthesized"
         )
     todo = [i for i in states if i not in hits]
+    fresh = {i for i in hits if states[i].key in planned}  # planned by this run before the job started
     if job.only:
         extra = [i for i in todo if i not in forced]
         if extra:
             rep.info(f"--only: lines {format_ranges(extra)} are not cached yet and are synthesized too")
+    pre = f", {len(fresh)} planned ahead by the batch" if fresh else ""
     rep.info(
-        f"{len(states)} lines: {len(states) - len(todo)} cached, {len(todo)} to synthesize "
-        f"({synth.name} engine; work dir {paths.work_dir})"
+        f"{len(states)} lines: {len(states) - len(todo) - len(fresh)} cached{pre}, {len(todo)} to "
+        f"synthesize ({synth.name} engine; work dir {paths.work_dir})"
     )
     rep.event("cache", to_synthesize=len(todo), cached=len(states) - len(todo))
 
@@ -127,8 +165,9 @@ def synthesize_all(
         st.natural_samples, st.sample_rate = int(meta["natural_samples"]), int(meta["sample_rate"])
         st.retries, st.n_tokens = int(meta.get("retries", 0)), meta.get("n_tokens")
         st.plan_seed = int(meta.get("plan_seed", st.seed))
-        st.cached = True
-    return states, todo
+        st.cached = i not in fresh
+    synthesized = fresh | set(todo)
+    return states, [i for i in states if i in synthesized]
 
 
 def plan_meta(st: LineState, identity: str, plan: LinePlan, retries: int, seed: int) -> dict[str, Any]:

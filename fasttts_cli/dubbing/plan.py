@@ -11,14 +11,16 @@ from __future__ import annotations
 import html
 import re
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from fasttts_cli.dubbing.cues import Cue
 from fasttts_cli.dubbing.speakers import VoiceMap, check_voices
 from fasttts_cli.errors import UsageError
+
+T = TypeVar("T")
 
 PLAN_VERSION = 1
 
@@ -221,17 +223,28 @@ def _batch(lines: list[Line], batch_size: int, max_batch_tokens: int) -> tuple[B
     batches: list[Batch] = []
     for voice, group in by_voice.items():
         group = sorted(group, key=lambda ln: (ln.n_tokens, ln.index))
-        current: list[Line] = []
-        for ln in group:
-            # Sorted ascending, so the newcomer is the longest and sets the padded width.
-            padded = ln.n_tokens * (len(current) + 1)
-            if current and (len(current) >= batch_size or padded > max_batch_tokens):
-                batches.append(Batch(len(batches) + 1, voice, tuple(x.index for x in current)))
-                current = []
-            current.append(ln)
-        if current:
-            batches.append(Batch(len(batches) + 1, voice, tuple(x.index for x in current)))
+        for chunk in pack(group, lambda ln: ln.n_tokens, batch_size, max_batch_tokens):
+            batches.append(Batch(len(batches) + 1, voice, tuple(x.index for x in chunk)))
     return tuple(batches)
+
+
+def pack(
+    items: Sequence[T], n_tokens: Callable[[T], int], batch_size: int, max_batch_tokens: int
+) -> list[list[T]]:
+    """Cut items sorted by ascending length into batches: a batch closes at `batch_size` items, or when
+    items x longest item would exceed `max_batch_tokens` (a line longer than the budget goes alone)."""
+    out: list[list[T]] = []
+    current: list[T] = []
+    for it in items:
+        # Sorted ascending, so the newcomer is the longest and sets the padded width.
+        padded = n_tokens(it) * (len(current) + 1)
+        if current and (len(current) >= batch_size or padded > max_batch_tokens):
+            out.append(current)
+            current = []
+        current.append(it)
+    if current:
+        out.append(current)
+    return out
 
 
 def parse_only(spec: str) -> set[int]:
