@@ -96,13 +96,34 @@ class Reporter:
         self._last_sp: dict[str, tuple[float, tuple[float, float, tuple[Any, ...]]]] = {}
         self._audio_s = 0.0
         self._synth_s = 0.0
+        self._context: dict[str, Any] = {}  # fields every event carries (a batch job's "job")
+        self._parent: Reporter | None = None
+        self._prefix = ""
+
+    def child(self, prefix: str, **context: Any) -> Reporter:
+        """A reporter for one part of a run (a job of `fasttts batch`): its own warnings and timings, the
+        same event stream with `context` in every event, its messages prefixed and printed through this
+        reporter (above its bars); it draws no bars of its own."""
+        r = Reporter(verbosity=self.verbosity, bars=False, stderr=self.stderr)
+        r.t0, r._jsonl, r._context, r._parent = self.t0, self._jsonl, context, self
+        r._prefix = prefix
+        return r
+
+    @contextlib.contextmanager
+    def showing(self, progress: Progress) -> Iterator[Progress]:
+        """Draw a caller's own bars (`fasttts batch`'s job bars) as this reporter's live display."""
+        self._start_live("custom", progress)
+        try:
+            yield progress
+        finally:
+            self._stop_live()
 
     # ---- events and messages ----
 
     def event(self, kind: str, **data: Any) -> None:
         if self._jsonl is None:
             return
-        rec = {"event": kind, "t": round(time.monotonic() - self.t0, 3), **data}
+        rec = {"event": kind, "t": round(time.monotonic() - self.t0, 3), **self._context, **data}
         self._jsonl.write(json.dumps(rec, ensure_ascii=False, default=str) + "\n")
         self._jsonl.flush()
 
@@ -121,7 +142,9 @@ class Reporter:
             self._print(f"fasttts: warning: {msg}")
 
     def _print(self, text: str) -> None:
-        if self._progress is not None:
+        if self._parent is not None:
+            self._parent._print(text.replace("fasttts: ", f"fasttts: [{self._prefix}] ", 1))
+        elif self._progress is not None:
             self._progress.console.print(text, markup=False, highlight=False)
         else:
             print(text, file=self.stderr, flush=True)

@@ -34,6 +34,7 @@ from fasttts_cli.cli.shared import (
     TimingFlags,
     app,
     command,
+    dub_options,
     emotion_spec,
     fail,
     options_from,
@@ -124,13 +125,10 @@ def dub(
 ) -> Job:
     """Dub a subtitle/script file: synthesize every line, fit it to its slot, mix, mux."""
     params = dict(locals(), **reading, **timing)  # the flags, named as DubOptions' fields
-    from fasttts_cli.app.pipeline import DubOptions, run_dub
-
-    opts = options_from(DubOptions, params, voices=list(voice or []))
+    from fasttts_cli.app.pipeline import run_dub
 
     def body(rep: Reporter) -> dict[str, Any]:
-        opts.emotion = emotion_spec(emotion_audio, emotion_vector, emotion_alpha)
-        return run_dub(opts, rep).to_json()
+        return run_dub(dub_options(params), rep).to_json()
 
     def human(r: dict[str, Any]) -> None:
         if r.get("cast"):
@@ -289,6 +287,7 @@ def _print_inspect(r: dict[str, Any]) -> None:
 from fasttts_cli.cli import engines as cli_engines  # noqa: E402, F401
 from fasttts_cli.cli import bench as cli_bench  # noqa: E402, F401
 from fasttts_cli.cli import cast as cli_cast  # noqa: E402, F401
+from fasttts_cli.cli import batch as cli_batch  # noqa: E402, F401
 # isort: on
 
 # ---- entry point ---------------------------------------------------------------------------------

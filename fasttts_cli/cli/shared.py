@@ -233,7 +233,11 @@ def _group_of(annotation: Any) -> FlagGroup | None:
 
 
 def command(
-    name: str, *, progress: bool = False, epilog: str | None = None
+    name: str,
+    *,
+    progress: bool = False,
+    epilog: str | None = None,
+    context_settings: dict[str, Any] | None = None,
 ) -> Callable[[Callable[..., Job]], Callable[..., int]]:
     """Register `fn` as the command `name`: its own flags (a FlagGroup parameter expanded in place), then
     the output flags (one declaration for every command); `fn` returns a (body, human) pair, run under
@@ -266,7 +270,7 @@ def command(
 
         run.__signature__ = inspect.Signature(params, return_annotation=int)  # type: ignore[attr-defined]
         run.__annotations__ = {p.name: p.annotation for p in params} | {"return": int}
-        app.command(name, epilog=epilog)(run)
+        app.command(name, epilog=epilog, context_settings=context_settings)(run)
         return run
 
     return register
@@ -279,13 +283,28 @@ def options_from(cls: type[T], params: Mapping[str, Any], **given: Any) -> T:
     return cls(**{k: v for k, v in params.items() if k in names and k not in given}, **given)
 
 
-def emotion_spec(audio: Path | None, vector: str | None, alpha: float) -> Any:
+def dub_options(params: Mapping[str, Any], *, check_files: bool = True) -> Any:
+    """`fasttts dub`'s DubOptions from its parameters by name: dub itself, and each row of `fasttts batch`
+    (`check_files=False`: a job's missing --emotion-audio fails that job when it runs, not the manifest)."""
+    from fasttts_cli.app.job import DubOptions
+
+    opts = options_from(DubOptions, params, voices=list(params.get("voice") or []))
+    opts.emotion = emotion_spec(
+        params.get("emotion_audio"),
+        params.get("emotion_vector"),
+        params.get("emotion_alpha", 1.0),
+        check_file=check_files,
+    )
+    return opts
+
+
+def emotion_spec(audio: Path | None, vector: str | None, alpha: float, *, check_file: bool = True) -> Any:
     """The EmotionSpec of the three --emotion-* flags; None when they are all at their defaults."""
     from fasttts_cli.synth.synthesizer import EmotionSpec
 
     if audio is None and vector is None and alpha == 1.0:
         return None
-    if audio is not None and not audio.is_file():
+    if check_file and audio is not None and not audio.is_file():
         raise UsageError(f"--emotion-audio {audio}: file not found")
     if audio is not None and vector is not None:
         raise UsageError("--emotion-audio and --emotion-vector: give one of them, not both")
