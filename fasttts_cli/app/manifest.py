@@ -306,7 +306,12 @@ def _row_structure(row: Row, known: Mapping[str, Flag]) -> list[tuple[str | None
 def _row_job(row: Row, rid: Any, parser: DubParser, defaults: Mapping[str, Any]) -> ManifestJob:
     """The row's DubOptions: dub's parse of the row, with the command line's value for each key the row
     leaves out; then dub's own option checks and output paths."""
-    parsed = parser.parse(row_argv(row, parser.flags))
+    try:
+        parsed = parser.parse(row_argv(row, parser.flags))
+    except FieldProblem as e:
+        if e.key in row.values:
+            raise FieldProblem(e.key, f"{e.message} (got {json.dumps(row.values[e.key])})") from None
+        raise
     params = {k: (parsed[k] if k in row.values else defaults[k]) for k in parsed}
     o = parser.options(params)
     validate_options(o)

@@ -1,0 +1,198 @@
+"""`fasttts batch`: the manifest's validation (exit 2 naming row and key, nothing run), and jobs on one warm
+engine planned across jobs giving exactly what single `dub` runs give."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from fasttts_cli.app.manifest import load_jobs
+from fasttts_cli.cli.batch import DubArgv
+from fasttts_cli.cli.commands import main
+from tests.conftest_engine import *  # noqa: F403 (fixtures: tiny_engine_dir, voice_wav, voice_wav2)
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: Any) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as ei:
+        main([str(a) for a in args])
+    cap = capsys.readouterr()
+    return int(ei.value.code or 0), cap.out, cap.err
+
+
+def srt(path: Path, n: int) -> Path:
+    path.write_text(
+        f"1\n00:00:00,500 --> 00:00:02,500\nHello there, episode {n}.\n\n"
+        f"2\n00:00:03,000 --> 00:00:05,000\nA second line for episode {n}.\n\n"
+        "3\n00:00:05,500 --> 00:00:07,000\nGoodbye now.\n",
+        encoding="utf-8",
+    )
+    return path
+
+
+def jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+# ---- the manifest --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("row", "key", "says"),
+    [
+        ({"scirpt": "x.srt"}, "scirpt", "did you mean 'script'"),
+        ({"batch_size": "many"}, "batch_size", "many"),
+        ({"batch_size": 0}, "batch_size", "--batch-size must be >= 1"),
+        ({"mix": "loud"}, "mix", "--mix must be one of"),
+        ({"soft_subtitles": "perhaps"}, "soft_subtitles", "expected true or false"),
+        ({"voice": {"a": 1}}, "voice", "expected a single value"),
+        ({"json_out": True}, "json_out", "unknown key"),
+    ],
+)
+def test_a_bad_row_is_exit_2_naming_row_and_key_and_nothing_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], row: dict[str, Any], key: str, says: str
+) -> None:
+    good = {"id": "a", "script": str(srt(tmp_path / "a.srt", 1)), "voice": "v.wav"}
+    bad = {"id": "b", "script": str(srt(tmp_path / "b.srt", 2)), **row}
+    m = jsonl(tmp_path / "jobs.jsonl", [good, bad])
+    code, out, err = run(capsys, "batch", m, "--json", "--engine", "draft")
+    assert code == 2, err
+    r = json.loads(out)
+    assert r["ok"] is False and r["exit_code"] == 2 and r["kind"] and r["hint"] and r["jobs"] == []
+    assert "row 2 (id b, line 2)" in r["error"] and f"{key}:" in r["error"] and says in r["error"]
+    assert r["problems"][0]["row"] == 2 and r["problems"][0]["key"] == key
+    assert "Traceback" not in err and "fasttts: error:" in err
+    assert not (tmp_path / "a.fasttts").exists()  # nothing ran, not even the good job
+
+
+def test_duplicate_ids_and_outputs_are_each_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    s = [str(srt(tmp_path / f"e{n}.srt", n)) for n in (1, 2, 3, 4)]
+    rows = [
+        {"id": "e1", "script": s[0], "output": str(tmp_path / "o" / "same.wav")},
+        {"id": "e1", "script": s[1]},
+        {"script": s[2], "output": str(tmp_path / "o" / "same.wav")},
+        {"id": "e4", "script": s[3], "work_dir": str(tmp_path / "o" / "e1.fasttts")},
+    ]
+    code, out, err = run(capsys, "batch", jsonl(tmp_path / "jobs.jsonl", rows), "--json")
+    assert code == 2, err
+    probs = {(p["row"], p["key"]) for p in json.loads(out)["problems"]}
+    # row 3: its id is its row number; row 4 shares row 1's work folder (e1.fasttts by its output)
+    assert probs == {(2, "id"), (3, "output"), (4, "work_dir")}
+    assert "4 problem" not in err and "row 3 (id 3, line 3)" in err
+
+
+def test_csv_rows_command_line_defaults_and_overrides(tmp_path: Path) -> None:
+    s1, s2 = srt(tmp_path / "c1.srt", 1), srt(tmp_path / "c2.srt", 2)
+    m = tmp_path / "jobs.csv"
+    m.write_text(
+        "id,script,voice,batch_size,soft_subtitles\n"
+        f'one,{s1},"a.wav;BOB=b.wav",,\n'
+        f'two,{s2},"[""c.wav""]",2,false\n',
+        encoding="utf-8",
+    )
+    jobs = load_jobs(m, DubArgv(), ["--batch-size", "5", "--voice", "d.wav", "--lang", "es"])
+    one, two = (j.options for j in jobs)
+    assert [j.id for j in jobs] == ["one", "two"] and [j.line for j in jobs] == [2, 3]
+    assert one.voices == ["a.wav", "BOB=b.wav"] and two.voices == ["c.wav"]
+    assert one.batch_size == 5 and two.batch_size == 2  # the command line's default, the row's own
+    assert one.lang == two.lang == "spa" and one.max_retries == 2  # dub's own normalization and defaults
+
+
+def test_a_bad_batch_flag_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    m = jsonl(tmp_path / "jobs.jsonl", [{"script": str(srt(tmp_path / "a.srt", 1))}])
+    code, _, err = run(capsys, "batch", m, "--batch-sise", "3")
+    assert code == 2 and "--batch-sise" in err and "Traceback" not in err
+
+
+# ---- jobs on one engine --------------------------------------------------------------------------
+
+
+def _plans(work: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted((work / "plans").rglob("*.npy"))}
+
+
+def test_three_jobs_one_broken_match_single_dubs_and_resume(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    tiny_engine_dir: Path,
+    voice_wav: Path,
+    voice_wav2: Path,
+) -> None:
+    s = [srt(tmp_path / f"ep{n}.srt", n) for n in (1, 2, 3)]
+    out = tmp_path / "out"
+    rows = [
+        {"id": "ep1", "script": str(s[0]), "voice": [str(voice_wav)]},
+        {"id": "ep2", "script": str(s[1]), "voice": [str(tmp_path / "missing.wav")]},
+        {"id": "ep3", "script": str(s[2]), "voice": [f"{voice_wav2}"], "seed": 3},
+    ]
+    m = jsonl(tmp_path / "jobs.jsonl", rows)
+    common = ["--engine", tiny_engine_dir, "--output-dir", out, "--json"]
+    events = tmp_path / "events.jsonl"
+    code, o, err = run(capsys, "batch", m, *common, "--progress-jsonl", events)
+    assert code == 1, err
+    r = json.loads(o)
+    assert r["ok"] is False and "error" not in r and [j["id"] for j in r["jobs"]] == ["ep1", "ep2", "ep3"]
+    ep1, ep2, ep3 = r["jobs"]
+    assert ep1["ok"] and ep3["ok"] and ep1["exit_code"] == 0
+    assert not ep2["ok"] and ep2["exit_code"] == 2 and "missing.wav" in ep2["error"] and ep2["outputs"] == {}
+    assert ep1["lines"]["synthesized"] == 3 and ep1["lines"]["cached"] == 0  # as a first single dub says
+    assert r["to_synthesize"] == 6 and r["engines"] == 1
+    ev = [json.loads(x) for x in events.read_text().splitlines()]
+    done = [e for e in ev if e["event"] == "line_done"]
+    assert len(done) == 6 and {e["job"] for e in done} == {"ep1", "ep3"}
+    assert [e["job"] for e in ev if e["event"] == "job_done"] == ["ep1", "ep2", "ep3"]
+
+    # The same jobs as single dubs, elsewhere: identical plans (codes), audio within float tolerance.
+    for row, job in ((rows[0], ep1), (rows[2], ep3)):
+        single = tmp_path / f"single-{row['id']}"
+        extra = ["--seed", row["seed"]] if "seed" in row else []
+        code, o1, err1 = run(
+            capsys,
+            "dub",
+            row["script"],
+            "--voice",
+            row["voice"][0],
+            "--engine",
+            tiny_engine_dir,
+            "--output-dir",
+            single,
+            "--json",
+            *extra,
+        )
+        assert code == 0, err1
+        d = json.loads(o1)
+        a, b = _plans(Path(job["work_dir"])), _plans(Path(d["work_dir"]))
+        assert a and a == b
+        x, _ = sf.read(job["outputs"]["audio"], dtype="float32")
+        y, _ = sf.read(d["outputs"]["audio"], dtype="float32")
+        assert x.shape == y.shape and np.allclose(x, y, atol=1e-4)
+        assert {k: v for k, v in job["lines"].items() if k != "synthesis_rtf"} == {
+            k: v for k, v in d["lines"].items() if k != "synthesis_rtf"
+        }
+
+    # A re-run plans nothing: every job finds every line cached.
+    code, o, err = run(capsys, "batch", m, *common)
+    r = json.loads(o)
+    assert code == 1 and r["to_synthesize"] == 0 and r["batches"] == 0
+    assert r["jobs"][0]["lines"]["synthesized"] == 0 and r["jobs"][0]["lines"]["cached"] == 3
+
+    # --fail-fast stops at the broken job: the job after it does not run.
+    code, o, err = run(capsys, "batch", m, *common, "--fail-fast")
+    r = json.loads(o)
+    assert code == 1 and [j["status"] for j in r["jobs"]] == ["ok", "failed", "not_run"]
+    assert r["jobs"][2]["exit_code"] is None and "not run" in r["jobs"][2]["error"]
+
+
+def test_missing_engine_fails_the_whole_run_with_exit_3(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    m = jsonl(tmp_path / "jobs.jsonl", [{"script": str(srt(tmp_path / "a.srt", 1)), "voice": "v.wav"}])
+    code, o, _ = run(capsys, "batch", m, "--engine", tmp_path / "no-engine", "--json")
+    r = json.loads(o)
+    assert code == 3 and r["exit_code"] == 3 and r["kind"] == "MissingDependencyError" and r["hint"]
+    assert r["jobs"][0]["exit_code"] == 3 and "no-engine" in r["error"]
