@@ -196,3 +196,61 @@ def test_missing_engine_fails_the_whole_run_with_exit_3(
     r = json.loads(o)
     assert code == 3 and r["exit_code"] == 3 and r["kind"] == "MissingDependencyError" and r["hint"]
     assert r["jobs"][0]["exit_code"] == 3 and "no-engine" in r["error"]
+
+
+def test_an_interrupt_keeps_every_finished_line_and_the_rerun_resumes(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tiny_engine_dir: Path,
+    voice_wav: Path,
+) -> None:
+    from fasttts_cli.app import batch as batch_mod
+    from fasttts_cli.app.fleet import open_pool
+
+    class CtrlC:
+        """A pool that is interrupted once two lines are final."""
+
+        workers = 1
+
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        def identity(self) -> str:
+            return self.inner.identity()
+
+        def run(self, batches: Any, max_retries: int, on_final: Any) -> None:
+            seen: list[str] = []
+
+            def final(out: Any) -> None:
+                on_final(out)
+                seen.append(out.key)
+                if len(seen) == 2:
+                    raise KeyboardInterrupt
+
+            self.inner.run(batches, max_retries, final)
+
+        def close(self) -> None:
+            self.inner.close()
+
+    rows = [
+        {"id": f"e{n}", "script": str(srt(tmp_path / f"e{n}.srt", n)), "voice": str(voice_wav)}
+        for n in (1, 2)
+    ]
+    m = jsonl(tmp_path / "jobs.jsonl", rows)
+    args = ["batch", m, "--engine", tiny_engine_dir, "--output-dir", tmp_path / "out", "--json"]
+    monkeypatch.setattr(batch_mod, "open_pool", lambda *a, **k: CtrlC(open_pool(*a, **k)))
+    code, o, err = run(capsys, *args)
+    r = json.loads(o)
+    assert code == 130 and r["exit_code"] == 130 and r["kind"] == "interrupted" and "resume" in r["error"]
+    assert all(j["status"] == "not_run" for j in r["jobs"])
+    # The two finished lines, cached in their jobs' work folders ("Goodbye now." is the same line, key
+    # and entry in both jobs: planned once, written into each).
+    kept = {p.name for p in (tmp_path / "out").rglob("plans/*/*.npy")}
+    assert len(kept) == 2
+    monkeypatch.undo()
+    code, o, err = run(capsys, *args)
+    r = json.loads(o)
+    assert code == 0, err
+    assert r["to_synthesize"] == 5 - 2 and all(j["ok"] for j in r["jobs"])  # 6 lines, 5 distinct keys
+    assert sum(j["lines"]["cached"] for j in r["jobs"]) >= 2
