@@ -322,37 +322,16 @@ def _row_job(row: Row, rid: Any, parser: DubParser, defaults: Mapping[str, Any])
 def _collisions(jobs: Sequence[ManifestJob]) -> list[Problem]:
     """Two jobs writing the same output file or sharing a work folder."""
     out: list[Problem] = []
-    media: dict[Path, ManifestJob] = {}
-    work: dict[Path, ManifestJob] = {}
+    seen: dict[tuple[str, Path], ManifestJob] = {}
     for j in jobs:
         o = j.options
-        other = media.get(j.media)
-        if other is not None:
-            key = "output" if o.output is not None else "output_dir"
-            out.append(
-                Problem(
-                    j.row,
-                    j.id,
-                    j.line,
-                    key,
-                    f"writes {j.media}, as row {other.row} (id {other.id}) does; give each job its own "
-                    "output or output_dir",
-                )
-            )
-            continue
-        other = work.get(j.work_dir)
-        if other is not None:
-            key = "work_dir" if o.work_dir is not None else "output_dir"
-            out.append(
-                Problem(
-                    j.row,
-                    j.id,
-                    j.line,
-                    key,
-                    f"uses the work folder {j.work_dir}, as row {other.row} (id {other.id}) does; give "
-                    "each job its own work_dir",
-                )
-            )
-            continue
-        media[j.media], work[j.work_dir] = j, j
+        for what, path, key in (
+            ("writes", j.media, "output" if o.output is not None else "output_dir"),
+            ("uses the work folder", j.work_dir, "work_dir" if o.work_dir is not None else "output_dir"),
+        ):
+            other = seen.setdefault((what, path), j)
+            if other is not j:
+                msg = f"{what} {path}, as row {other.row} (id {other.id}) does; give each job its own {key}"
+                out.append(Problem(j.row, j.id, j.line, key, msg))
+                break
     return out
