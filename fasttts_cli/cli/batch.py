@@ -54,6 +54,22 @@ class DubArgv:
         return dub_options(params, check_files=False)
 
 
+# How the lines are planned: here (default), on worker processes, one engine per device, or on Ray actors.
+FailFastOpt = Annotated[
+    bool, typer.Option("--fail-fast/--keep-going", help="Stop at the first failed job (default: go on).")
+]
+WorkersOpt = Annotated[int | None, typer.Option("--workers", help="Plan on N worker processes (CPU).")]
+DevicesOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--devices", metavar="cuda:0,cuda:1", help="One engine per device; batches spread over them."
+    ),
+]
+RayOpt = Annotated[
+    str | None, typer.Option("--ray", metavar="auto|ADDRESS", help="Plan on Ray actors (the `ray` extra).")
+]
+
+
 @command(
     "batch",
     progress=True,
@@ -72,23 +88,10 @@ def batch(
             "...) and an optional id. Dub flags after JOBS are every row's defaults."
         ),
     ],
-    fail_fast: Annotated[
-        bool,
-        typer.Option("--fail-fast/--keep-going", help="Stop at the first failed job (default: go on)."),
-    ] = False,
-    workers: Annotated[
-        int | None, typer.Option("--workers", help="Plan on N worker processes (CPU).")
-    ] = None,
-    devices: Annotated[
-        str | None,
-        typer.Option(
-            "--devices", metavar="cuda:0,cuda:1", help="One engine per device; batches spread over them."
-        ),
-    ] = None,
-    ray: Annotated[
-        str | None,
-        typer.Option("--ray", metavar="auto|ADDRESS", help="Plan on Ray actors (the `ray` extra)."),
-    ] = None,
+    fail_fast: FailFastOpt = False,
+    workers: WorkersOpt = None,
+    devices: DevicesOpt = None,
+    ray: RayOpt = None,
     ui: Output | None = None,
 ) -> Job:
     """Dub every job of a manifest in one process: one warm engine, lines batched across jobs."""
