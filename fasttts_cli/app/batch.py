@@ -225,7 +225,10 @@ class _Runner:
                 self.early.update(dict.fromkeys(live, e))
             else:
                 self.result.stats["engines"] += 1
-                self._prepass(live)
+                # Workers load the same engine by its resolved folder, wherever they start.
+                engine = str(sel.path.resolve()) if sel.path is not None else sel.kind
+                voices = lead.work_dir / "voices"
+                self._prepass(live, EngineSpec(engine, lead.options.preset, voices_dir=voices))
         for k in idx:
             if k in self.early:
                 self.fail(k, self.early.pop(k))
@@ -233,7 +236,7 @@ class _Runner:
                 self._run_job(k)
         self.close()
 
-    def _prepass(self, live: list[int]) -> None:
+    def _prepass(self, live: list[int], spec: EngineSpec) -> None:
         assert self.synth is not None
         plans: list[JobPlan] = []
         with self.rep.stage("plan"):
@@ -249,8 +252,6 @@ class _Runner:
                     plans.append(jp)
         if not any(jp.misses for jp in plans):
             return
-        lead = self.jobs[live[0]]
-        spec = EngineSpec(lead.options.engine, lead.options.preset, voices_dir=lead.work_dir / "voices")
         try:
             pool = open_pool(spec, synth=self.synth, **self.bo.pool)
         except NotImplementedError:
