@@ -260,6 +260,9 @@ class _Runner:
                 hint="leave it out to plan in this process",
             )
             raise _Stop from None
+        except FastTTSError as e:  # the pool that was asked for cannot start (no Ray, a dead address)
+            self.result.failure = e
+            raise _Stop from None
         for jp in plans:
             self.bars.set_total(str(self.jobs[jp.index].id), len(jp.misses))
 
@@ -277,11 +280,18 @@ class _Runner:
         try:
             with self.rep.stage("synthesize"):
                 counts = run_prepass(plans, pool, self.synth, self.rep, line, locked)
+            self.result.stats["to_synthesize"] += counts["to_synthesize"]
+            self.result.stats["batches"] += counts["batches"]
+        except MissingDependencyError as e:
+            self.result.failure = e
+            raise _Stop from None
+        except FastTTSError as e:
+            # Every line finished so far is cached; each job plans the rest itself and fails (or not)
+            # on its own, as a single dub would.
+            self.rep.warn(f"planning across jobs stopped ({e.message}); each job plans its remaining lines")
         finally:
             pool.close()
-        self.result.stats["to_synthesize"] += counts["to_synthesize"]
-        self.result.stats["batches"] += counts["batches"]
-        self.planned.update({jp.index: frozenset(jp.planned) for jp in plans})
+            self.planned.update({jp.index: frozenset(jp.planned) for jp in plans})
 
     def _run_job(self, k: int) -> None:
         from fasttts_cli.app.pipeline import run_dub

@@ -15,7 +15,10 @@ JSONL events, one object per line, each with "event" and "t" (seconds since star
     warning      {"message"}
     done         {"ok": true, ...summary}
     error        {"ok": false, "error", "exit_code"}
-"""
+
+`fasttts batch` adds `batch_plan` {"jobs", "to_synthesize", "batches", "workers"}, `job_start` {"job", "row"}
+and `job_done` {"job", "ok", "exit_code", "error"}; every event of a job's own reporter (`child`) carries
+"job"."""
 
 from __future__ import annotations
 
