@@ -117,7 +117,8 @@ def read_rows(path: Path) -> list[Row]:
     if fmt is None:
         raise UsageError(
             f"JOBS {path}: a manifest is a .jsonl or .csv file (got {path.suffix or 'no extension'})",
-            hint="one job per line as a JSON object, or a CSV file with a header row of keys",
+            hint="one job per line as a JSON object, or a CSV file with a header row of keys; dub flags go "
+            "after JOBS (`fasttts batch jobs.jsonl --engine DIR`)",
         )
     try:
         text = path.read_text(encoding="utf-8-sig")
