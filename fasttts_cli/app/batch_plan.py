@@ -28,7 +28,7 @@ from fasttts_cli.app.synthesis import key_params, line_states, plan_meta, prepar
 from fasttts_cli.dubbing.cache import LineCache, check_hits
 from fasttts_cli.dubbing.plan import pack
 from fasttts_cli.errors import FastTTSError
-from fasttts_cli.synth.synthesizer import EmotionSpec, Synthesizer
+from fasttts_cli.synth.synthesizer import Synthesizer
 
 
 @dataclass
@@ -83,7 +83,7 @@ def task_of(jp: JobPlan, i: int) -> LineTask:
         st.line.text,
         st.voice.path,
         st.voice.name,
-        jp.options.emotion or EmotionSpec(),
+        st.voice.emotion,  # what the voice was prepared with: the key's emotion
         st.seed,
         st.lang,
         f"{st.line.source}: line {i}",
