@@ -273,6 +273,7 @@ class _Runner:
                 dur = out.plan.natural
                 rtf = out.seconds / dur if dur else None
                 jp.rep.line_done(i, cached=False, duration=dur, rtf=rtf, retries=out.retries)
+                jp.rep.add_synthesis(out.seconds, dur)
 
         def locked(jp: JobPlan, e: FastTTSError) -> None:
             self.early[jp.index] = e

@@ -229,8 +229,14 @@ class Reporter:
 
     # ---- synthesis progress ----
 
+    def add_synthesis(self, seconds: float, audio_seconds: float) -> None:
+        """Synthesis done for this run elsewhere (`fasttts batch` plans a job's lines before the job
+        runs): it counts in `synthesis_rtf` as the run's own batches do."""
+        self._synth_s += seconds
+        self._audio_s += audio_seconds
+
     def begin_synthesis(self, n_lines: int, n_batches: int) -> None:
-        self._audio_s = self._synth_s = 0.0
+        # One reporter per run: the totals (from __init__, and add_synthesis) are not reset here.
         if not self.bars or n_lines == 0:
             return
         self._start_live("synthesis", _bar(self.stderr))
