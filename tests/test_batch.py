@@ -316,3 +316,21 @@ def test_the_draft_voice_batches_every_job_together(
     assert r["batches"] == 1 and r["to_synthesize"] == 6
     for j in r["jobs"]:
         assert j["lines"]["synthesized"] == 3 and Path(j["outputs"]["audio"]).is_file()
+
+
+def test_a_task_names_its_files_by_absolute_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workers and Ray actors may run in another folder: a task's reference and emotion audio are absolute."""
+    from types import SimpleNamespace
+
+    from fasttts_cli.app.batch_plan import task_of
+    from fasttts_cli.app.job import DubOptions, LineState
+    from fasttts_cli.synth.synthesizer import EmotionSpec, Voice
+
+    monkeypatch.chdir(tmp_path)
+    emo = EmotionSpec(audio=Path("emo.wav"), alpha=0.5)
+    line = SimpleNamespace(index=4, text="Hi.", source="a.srt", n_tokens=3)
+    st = LineState(line, Voice("A", Path("v.wav"), "sha", emo), 7, "key", "en")
+    jp = SimpleNamespace(states={4: st}, options=DubOptions(Path("a.srt")))
+    t = task_of(jp, 4)  # type: ignore[arg-type]
+    assert t.voice == tmp_path / "v.wav" and t.emotion.audio == tmp_path / "emo.wav"
+    assert (t.key, t.seed, t.lang, t.emotion.alpha, t.label) == ("key", 7, "en", 0.5, "a.srt: line 4")

@@ -227,7 +227,7 @@ class _Runner:
                 self.result.stats["engines"] += 1
                 # Workers load the same engine by its resolved folder, wherever they start.
                 engine = str(sel.path.resolve()) if sel.path is not None else sel.kind
-                voices = lead.work_dir / "voices"
+                voices = (lead.work_dir / "voices").resolve()
                 self._prepass(live, EngineSpec(engine, lead.options.preset, voices_dir=voices))
         for k in idx:
             if k in self.early:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from fasttts_cli.app.fleet import LineOutcome, LineTask, Pool
@@ -76,14 +77,19 @@ def plan_one(index: int, o: DubOptions, rep: Reporter, synth: Synthesizer) -> Jo
 
 
 def task_of(jp: JobPlan, i: int) -> LineTask:
+    """Line i of a job as a self-contained task. Its files go by absolute path: a worker process or a
+    Ray actor may run in another folder (or on another machine with the same shared paths)."""
     st = jp.states[i]
     assert st.voice is not None
+    emotion = st.voice.emotion  # what the voice was prepared with: the key's emotion
+    if emotion.audio is not None:
+        emotion = replace(emotion, audio=Path(emotion.audio).resolve())
     return LineTask(
         st.key,
         st.line.text,
-        st.voice.path,
+        st.voice.path.resolve(),
         st.voice.name,
-        st.voice.emotion,  # what the voice was prepared with: the key's emotion
+        emotion,
         st.seed,
         st.lang,
         f"{st.line.source}: line {i}",
