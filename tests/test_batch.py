@@ -334,3 +334,17 @@ def test_a_task_names_its_files_by_absolute_path(tmp_path: Path, monkeypatch: py
     t = task_of(jp, 4)  # type: ignore[arg-type]
     assert t.voice == tmp_path / "v.wav" and t.emotion.audio == tmp_path / "emo.wav"
     assert (t.key, t.seed, t.lang, t.emotion.alpha, t.label) == ("key", 7, "en", 0.5, "a.srt: line 4")
+
+
+def test_the_default_pool_is_every_visible_gpu_for_a_gpu_preset(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--devices' default (tested without a GPU: the count comes from $CUDA_VISIBLE_DEVICES)."""
+    from fasttts_cli.app import batch as batch_mod
+    from fasttts_cli.app.fleet import EngineSpec
+
+    spec = EngineSpec("engine", "gpu-fp16")
+    monkeypatch.setattr(batch_mod, "needs_gpu", lambda s: s.preset == "gpu-fp16")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    assert batch_mod.default_pool(spec) == {"devices": ["cuda:0", "cuda:1"]}
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    assert batch_mod.default_pool(spec) == {}  # one GPU: the driver's own engine plans
+    assert batch_mod.default_pool(EngineSpec("engine", "cpu-fp32")) == {}

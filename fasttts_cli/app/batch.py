@@ -9,6 +9,7 @@ cannot be loaded) or an interrupt ends the whole run, every finished line cached
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ from typing import Any
 
 from fasttts_cli.app.batch_plan import JobPlan, plan_one, run_prepass
 from fasttts_cli.app.batch_progress import JobBars
-from fasttts_cli.app.fleet import EngineSpec, LineOutcome, open_pool
+from fasttts_cli.app.fleet import EngineSpec, LineOutcome, needs_gpu, open_pool
 from fasttts_cli.app.manifest import ManifestJob
 from fasttts_cli.app.progress import Reporter
 from fasttts_cli.errors import ExitCode, FastTTSError, MissingDependencyError, UsageError
@@ -114,6 +115,21 @@ def as_error(e: Exception) -> tuple[FastTTSError, str]:
     return FastTTSError(
         f"internal error: {type(e).__name__}: {e}", hint="run the job alone with `fasttts dub -v`"
     ), "internal"
+
+
+def default_pool(spec: EngineSpec) -> dict[str, Any]:
+    """What plans when no --workers/--devices/--ray is given: every visible GPU for a GPU preset (one
+    engine per device; $CUDA_VISIBLE_DEVICES narrows what is visible), else the engine in this process."""
+    if not needs_gpu(spec):
+        return {}
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        n = len([d for d in visible.split(",") if d.strip()])
+    else:
+        from fasttts_cli.backends.gpu_stack import detect
+
+        n = len(detect().gpus)
+    return {"devices": [f"cuda:{i}" for i in range(n)]} if n > 1 else {}
 
 
 def _engine_key(o: Any) -> tuple[str, str, str | None]:
@@ -253,7 +269,7 @@ class _Runner:
         if not any(jp.misses for jp in plans):
             return
         try:
-            pool = open_pool(spec, synth=self.synth, **self.bo.pool)
+            pool = open_pool(spec, synth=self.synth, **(self.bo.pool or default_pool(spec)))
         except NotImplementedError:
             self.result.failure = UsageError(
                 "batch: " + ", ".join(f"--{k}" for k in self.bo.pool) + " is not available in this build",
