@@ -48,7 +48,8 @@ class JobPlan:
 
 def plan_one(index: int, o: DubOptions, rep: Reporter, synth: Synthesizer) -> JobPlan | None:
     """Read and plan a job as `run_dub` would (raising the same errors); None when there is nothing to
-    plan ahead (a dry run, a script with nothing to say: the job itself reports it)."""
+    plan ahead (a dry run, a script with nothing to say: the job itself reports it; a cast cut from the
+    video, or --emotion-from-line: the job plans its own lines)."""
     from fasttts_cli.app.pipeline import read_inputs
 
     validate_options(o)
@@ -56,14 +57,18 @@ def plan_one(index: int, o: DubOptions, rep: Reporter, synth: Synthesizer) -> Jo
     paths = resolve_outputs(o, inputs.script_format)
     check_writable(paths.media.parent, "-o/--output" if o.output else "--output-dir")
     check_writable(paths.work_dir, "--work-dir")
+    if o.dry_run or o.emotion_from_line or (inputs.cast is not None and inputs.cast.pending):
+        # References or emotion clips cut from the video are made in the job's own run (under its
+        # work-folder lock): such a job plans its own lines there.
+        return None
     plan = plan_job(inputs.cues, inputs.voices, synth.count_tokens, o, inputs.only)
-    if o.dry_run or not plan.lines:
+    if not plan.lines:
         return None
     lang, params = key_params(synth, o)
     # The job's own run prepares (from the engine's voice cache) and warns about its voices again:
     # warnings here would be reported twice.
-    voices = prepare_voices(o, Reporter(verbosity=QUIET), plan, synth)
-    states = line_states(o, plan, synth, voices, lang, params)
+    voices = prepare_voices(o, Reporter(verbosity=QUIET), inputs, plan, synth)
+    states = line_states(o, inputs, plan, synth, voices, lang, params)
     cache = LineCache(paths.work_dir / "plans")
     forced = inputs.only or set()
     hits, damaged = check_hits(cache, {i: st.key for i, st in states.items() if i not in forced})
