@@ -24,14 +24,17 @@ water mark after ours (ONNX sessions only) and after eager (plus the PyTorch mod
 IndexTTS-2.5 (an engine folder whose manifest says so, or `--random-weights --model indextts2.5`): the same
 stages on its engine, except that it has no latent pass (latent_s null) and decodes its 25 Hz codes with
 `codec_decode` (codec_decode_s, part of s2mel_content_s); ms_per_audio_s puts both models' token cost per
-second of audio, where 2.5 needs half the tokens. The eager side is IndexTTS-2's only.
+second of audio, where 2.5 needs half the tokens. Its eager side (bench_eager25.EagerV25, with
+`--checkpoint` or `--random-weights`) is the 2.5 PyTorch modules the way infer_v2_5 runs them: the same
+stages, its w2v-BERT run twice on the speaker as the original does.
 
 `--rounds N` times ours, then eager, N times over and reports the median of every figure: a shared
 CPU's speed drifts by tens of percent within minutes, so one pass of each side can compare two
 different machines.
 
-This module drives both sides and times ours; the rest lives in fasttts_cli/tools/: bench_eager (the eager
-side), bench_random (the random checkpoint and engine), bench_table (table and JSON), bench_common.
+This module drives both sides and times ours; the rest lives in fasttts_cli/tools/: bench_eager and
+bench_eager25 (the eager side of each model), bench_random (the random checkpoint and engine),
+bench_table (table and JSON), bench_common.
 """
 
 from __future__ import annotations
@@ -222,21 +225,15 @@ def run_bench(opts: BenchOptions, progress: Callable[[str], None] | None = None)
         voice = write_bench_voice(work / "bench-voice.wav", opts.ref_seconds)
         ours_runs: list[dict[str, Any]] = []
         eager_runs: list[dict[str, Any]] = []
-        # the eager side is IndexTTS-2's modules (bench_eager); a 2.5 run times ours only
-        eager = opts.eager and checkpoint is not None and model != MODEL_ID25
+        eager = opts.eager and checkpoint is not None
         for r in range(opts.rounds):
             tag = f" (round {r + 1} of {opts.rounds})" if opts.rounds > 1 else ""
             say(f"timing our runtime (ONNX Runtime){tag}")
             ours_runs.append(bench_ours(opts, engine_dir, voice, say))
             if eager:
                 say(f"timing the PyTorch eager modules{tag}")
-                from fasttts_cli.indextts2.engine import resolve_preset
-                from fasttts_cli.spec.engine_folder import read_manifest
-                from fasttts_cli.tools.bench_eager import bench_eager
-
                 assert checkpoint is not None
-                p = resolve_preset(read_manifest(engine_dir), opts.preset, engine_dir)
-                eager_runs.append(bench_eager(opts, checkpoint, voice, p.s2mel.steps, p.s2mel.cfg_rate))
+                eager_runs.append(_bench_eager(opts, engine_dir, checkpoint, model, voice))
         result["ours"] = median_of_runs(ours_runs)
         # the high-water mark is per process: from round 2 on it includes the eager side's modules
         result["ours"]["peak_rss_mb"] = ours_runs[0]["peak_rss_mb"]
@@ -244,12 +241,23 @@ def run_bench(opts: BenchOptions, progress: Callable[[str], None] | None = None)
             result["eager"] = median_of_runs(eager_runs)
         elif opts.eager:
             result["eager"] = None
-            result["note"] = (
-                "eager side skipped: IndexTTS-2 only"
-                if model == MODEL_ID25
-                else "eager side skipped: pass --checkpoint with --engine"
-            )
+            result["note"] = "eager side skipped: pass --checkpoint with --engine"
     return result
+
+
+def _bench_eager(
+    opts: BenchOptions, engine_dir: Path, checkpoint: Path, model: str, voice: Path
+) -> dict[str, Any]:
+    """The eager side of the engine's model (bench_eager / bench_eager25), at the engine's s2mel steps
+    and CFG rate."""
+    from fasttts_cli.indextts2.engine import resolve_preset
+    from fasttts_cli.spec.engine_folder import read_manifest
+    from fasttts_cli.tools.bench_eager import EagerV2, bench_eager
+    from fasttts_cli.tools.bench_eager25 import EagerV25
+
+    p = resolve_preset(read_manifest(engine_dir), opts.preset, engine_dir)
+    side = EagerV25() if model == MODEL_ID25 else EagerV2()
+    return {"model": model, **bench_eager(opts, side, checkpoint, voice, p.s2mel.steps, p.s2mel.cfg_rate)}
 
 
 def _random_build(opts: BenchOptions, work: Path, say: Callable[[str], None]) -> dict[str, Any]:

@@ -111,6 +111,11 @@ def format_table(result: dict[str, Any]) -> str:
         + (
             f"; eager voice prep runs all {eager['w2v_layers_run']} w2v-BERT layers as the original does "
             "(ours stops at the one it reads)"
+            + (
+                f", {eager['w2v_passes']} passes (the speaker twice, as infer_v2_5 does)"
+                if eager.get("w2v_passes", 2) > 2
+                else ""
+            )
             if eager and eager.get("w2v_layers_run")
             else ""
         )
