@@ -3,7 +3,6 @@ engine planned across jobs giving exactly what single `dub` runs give."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -259,33 +258,31 @@ def test_an_interrupt_keeps_every_finished_line_and_the_rerun_resumes(
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    importlib.util.find_spec("fasttts_cli.app.fleet_procs") is None,
-    reason="the worker-process pool (app/fleet_procs.py, issue 22's fleet part) is not in this build",
-)
-def test_workers_plan_the_same_lines_as_one_process(
+def test_workers_and_ray_actors_plan_the_same_lines_as_one_process(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     tiny_engine_dir: Path,
     voice_wav: Path,
     voice_wav2: Path,
 ) -> None:
-    """The device split, tested with CPU workers (one GPU on the lent machine): `--workers 2` plans every
-    line exactly as the driver's own engine does."""
+    """The device split, tested with CPU workers (one GPU on the lent machine): `--workers 2`, and two Ray
+    actors on a local cluster the run starts itself, plan every line exactly as the driver's own engine
+    does."""
     rows = [
         {"id": "a", "script": str(srt(tmp_path / "a.srt", 1)), "voice": str(voice_wav)},
         {"id": "b", "script": str(srt(tmp_path / "b.srt", 2)), "voice": str(voice_wav2)},
     ]
     m = jsonl(tmp_path / "jobs.jsonl", rows)
     got = {}
-    for name, extra in (("local", []), ("workers", ["--workers", "2"])):
+    sides = {"local": [], "workers": ["--workers", "2"], "ray": ["--ray", "auto", "--workers", "2"]}
+    for name, extra in sides.items():
         out = tmp_path / name
         code, o, err = run(
             capsys, "batch", m, "--engine", tiny_engine_dir, "--output-dir", out, "--json", *extra
         )
         assert code == 0, err
         got[name] = [_plans(Path(j["work_dir"])) for j in json.loads(o)["jobs"]]
-    assert got["local"] == got["workers"] and all(got["local"])
+    assert got["local"] == got["workers"] == got["ray"] and all(got["local"])
 
 
 def _have_piper() -> bool:
