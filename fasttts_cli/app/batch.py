@@ -20,7 +20,7 @@ from fasttts_cli.app.batch_progress import JobBars
 from fasttts_cli.app.fleet import EngineSpec, LineOutcome, needs_gpu, open_pool
 from fasttts_cli.app.manifest import ManifestJob
 from fasttts_cli.app.progress import Reporter
-from fasttts_cli.errors import ExitCode, FastTTSError, MissingDependencyError, UsageError
+from fasttts_cli.errors import ExitCode, FastTTSError, MissingDependencyError
 from fasttts_cli.synth.engine_select import select_engine
 from fasttts_cli.synth.synthesizer import Synthesizer
 
@@ -270,12 +270,6 @@ class _Runner:
             return
         try:
             pool = open_pool(spec, synth=self.synth, **(self.bo.pool or default_pool(spec)))
-        except NotImplementedError:
-            self.result.failure = UsageError(
-                "batch: " + ", ".join(f"--{k}" for k in self.bo.pool) + " is not available in this build",
-                hint="leave it out to plan in this process",
-            )
-            raise _Stop from None
         except FastTTSError as e:  # the pool that was asked for cannot start (no Ray, a dead address)
             self.result.failure = e
             raise _Stop from None

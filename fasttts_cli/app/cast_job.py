@@ -159,6 +159,7 @@ def _write(
     conf: list[float],
     header: str | None,
     rep: Reporter,
+    source: Any,
 ) -> tuple[Path, Path | None, dict[str, Any]]:
     from dataclasses import replace
 
@@ -180,6 +181,7 @@ def _write(
         flag="fasttts cast",
         ref_dir=opts.output.parent / f"{opts.output.stem}.cast",
         on_short=lambda name, found: short.__setitem__(name, round(found, 2)),
+        audio=source,
     )
     for name, found in short.items():
         rep.warn(
@@ -202,7 +204,8 @@ def _write(
 
 
 def run_cast(opts: CastOptions, rep: Reporter) -> dict[str, Any]:
-    from fasttts_cli.audio.load import load_audio
+    from fasttts_cli.audio.load import resample
+    from fasttts_cli.casting.build import REF_SR, load_source
     from fasttts_cli.casting.cluster import cluster_speakers
     from fasttts_cli.casting.embed import EMBED_SR, embed_cues
 
@@ -212,7 +215,10 @@ def run_cast(opts: CastOptions, rep: Reporter) -> dict[str, Any]:
         encoder, described, closer = load_encoder(opts.engine, opts.preset, rep)
     try:
         with rep.stage("decode"):
-            audio = load_audio(opts.video, EMBED_SR)
+            # Decoded once, streamed to mono (a film's 5.1 track is never in memory whole): the references
+            # are cut from it, the embeddings read it at their own rate.
+            source = load_source(opts.video)
+            audio = resample(source, REF_SR, EMBED_SR)
         end = len(audio) / EMBED_SR
         past = [c.index for c in cues if c.start >= end]  # type: ignore[operator]
         if past:
@@ -229,7 +235,7 @@ def run_cast(opts: CastOptions, rep: Reporter) -> dict[str, Any]:
     refs: dict[str, Any] = {}
     if kind is not None:
         with rep.stage("write"):
-            subs, cast, refs = _write(opts, kind, cues, names, found.confidence, got.header, rep)
+            subs, cast, refs = _write(opts, kind, cues, names, found.confidence, got.header, rep, source)
         outputs = {"subtitles": str(subs), "cast": None if cast is None else str(cast)}
     speakers = {
         SPEAKER.format(j + 1): {

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fasttts_cli.audio.load import db_to_gain
 from fasttts_cli.casting.spans import Span
 
 FRAME = 0.02  # seconds per analysis frame
@@ -162,7 +163,7 @@ def build_reference(
         return None, found
     peak = float(np.max(np.abs(audio)))
     if peak > 0:
-        audio = audio * np.float32(10 ** (-3.0 / 20) / peak)  # -3 dBFS peak: level is not identity
+        audio = audio * np.float32(db_to_gain(-3.0) / peak)  # -3 dBFS peak: level is not identity
     seconds = float(sum(p.seconds for p in chosen))
     score = float(sum(p.score * p.seconds for p in chosen) / seconds)
     # Milliseconds rounded inwards: a recorded span never reaches past the cue it came from.
