@@ -243,42 +243,43 @@ def inspect(
 
 
 def _print_inspect(r: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    from fasttts_cli.cli.tables import Column, print_table
 
-    con = Console(soft_wrap=True)
     fc = {t["index"]: t for t in r["forecast"]["lines"]}
-    t = Table(title=f"{r['script']}: {len(r['cues'])} lines (engine: {r['engine']['kind']})")
-    for col in ("#", "start", "end", "speaker", "tokens", "est. s", "render", "stretch", "action", "text"):
-        t.add_column(col)
+    rows = []
     for c in r["cues"]:
         f = fc.get(c["index"], {})
-        t.add_row(
-            str(c["index"]),
-            f"{c['start']:.2f}",
-            f"{c['end']:.2f}",
-            c["speaker"] or "",
-            str(c["tokens"]),
-            f"{f.get('natural', 0):.2f}",
-            f"{f.get('render_factor', 1):.2f}",
-            f"{f.get('stretch_factor', 1):.2f}",
-            f.get("action", ""),
-            c["text"],
+        rows.append(
+            (
+                str(c["index"]),
+                f"{c['start']:.2f}",
+                f"{c['end']:.2f}",
+                c["speaker"] or "",
+                str(c["tokens"]),
+                f"{f.get('natural', 0):.2f}",
+                f"{f.get('render_factor', 1):.2f}",
+                f"{f.get('stretch_factor', 1):.2f}",
+                f.get("action", ""),
+                c["text"],
+            )
         )
-    con.print(t)
+    heads = ("#", "start", "end", "speaker", "tokens", "est. s", "render", "stretch", "action")
+    cols = [Column(h, right=h not in ("speaker", "action")) for h in heads] + [Column("text", wrap=True)]
+    title = f"{r['script']}: {len(r['cues'])} lines (engine: {r['engine']['kind']})"
+    print_table(cols, rows, title=title)
     sp = ", ".join(
         f"{k} ({v['lines']} lines -> {v['voice'] or 'no voice yet'})" for k, v in r["speakers"].items()
     )
-    con.print(f"speakers: {sp}")
+    print(f"speakers: {sp}")
     for b in r["batches"]:
-        con.print(f"batch {b['index']}: voice {b['voice'] or '(none yet)'}, lines {b['lines']}")
+        print(f"batch {b['index']}: voice {b['voice'] or '(none yet)'}, lines {b['lines']}")
     s = r["forecast"]["summary"]
-    con.print(
+    print(
         f"forecast at {r['forecast']['chars_per_second']} chars/s: max factor {s['max_factor']}, "
         f"{s['actions'].get('shifted', 0)} shifted, {s['overflowing']} overflowing"
     )
     for w in r.get("warnings", []):
-        con.print(f"warning: {w}", style="yellow")
+        print(f"warning: {w}")
 
 
 # The other commands register themselves on the shared app; imported after dub, synth and inspect so that
