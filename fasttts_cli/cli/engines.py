@@ -237,7 +237,9 @@ def download(
     out_dir: Annotated[
         Path, typer.Argument(metavar="DIR", help="Checkpoint folder to fill (new or partial).")
     ],
-    model: Annotated[str, typer.Option("--model", help="Model to fetch.")] = "indextts2",
+    model: Annotated[
+        str, typer.Option("--model", metavar="[indextts2]", help="Model to fetch.")
+    ] = "indextts2",
     with_qwen: Annotated[
         bool,
         typer.Option(
@@ -249,7 +251,12 @@ def download(
         typer.Option("--cache-dir", metavar="DIR", help="Hugging Face cache (default: huggingface_hub's)."),
     ] = None,
     revision: Annotated[
-        str | None, typer.Option("--revision", help="Revision of IndexTeam/IndexTTS-2 (default main).")
+        str | None,
+        typer.Option(
+            "--revision",
+            metavar="REV",
+            help="Revision of IndexTeam/IndexTTS-2: a branch, tag or commit (default main).",
+        ),
     ] = None,
     *,
     ui: Output,
