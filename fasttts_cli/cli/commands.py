@@ -282,7 +282,7 @@ def inspect(
 
 
 def _print_inspect(r: dict[str, Any]) -> None:
-    from fasttts_cli.cli.tables import Column, print_table
+    from fasttts_cli.cli.tables import Column, print_table, print_wrapped
 
     fc = {t["index"]: t for t in r["forecast"]["lines"]}
     rows = []
@@ -309,16 +309,16 @@ def _print_inspect(r: dict[str, Any]) -> None:
     sp = ", ".join(
         f"{k} ({v['lines']} lines -> {v['voice'] or 'no voice yet'})" for k, v in r["speakers"].items()
     )
-    print(f"speakers: {sp}")
+    print_wrapped("speakers: ", sp)
     for b in r["batches"]:
-        print(f"batch {b['index']}: voice {b['voice'] or '(none yet)'}, lines {b['lines']}")
+        print_wrapped(f"batch {b['index']}: ", f"voice {b['voice'] or '(none yet)'}, lines {b['lines']}")
     s = r["forecast"]["summary"]
-    print(
+    print_wrapped(
         f"forecast at {r['forecast']['chars_per_second']} chars/s: max factor {s['max_factor']}, "
         f"{s['actions'].get('shifted', 0)} shifted, {s['overflowing']} overflowing"
     )
     for w in r.get("warnings", []):
-        print(f"warning: {w}")
+        print_wrapped("warning: ", w)
 
 
 # The other commands register themselves on the shared app; imported after dub, synth and inspect so that

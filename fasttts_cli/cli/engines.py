@@ -28,7 +28,7 @@ def presets() -> Job:
         return list_presets()
 
     def human(r: dict[str, Any]) -> None:
-        from fasttts_cli.cli.tables import Column, print_table
+        from fasttts_cli.cli.tables import Column, print_table, print_wrapped
 
         rows = [
             (p["name"], p["needs"], _HERE[bool(p.get("can_build")), bool(p.get("can_run"))], p["description"])
@@ -38,7 +38,7 @@ def presets() -> Job:
         print_table(cols, rows, title="presets (build with: fasttts build --preset NAME)")
         for p in r["presets"]:
             for m in p.get("missing", []):
-                print(f"{p['name']}: missing {m}")
+                print_wrapped(f"{p['name']}: missing ", m)
 
     return body, human
 

@@ -80,6 +80,13 @@ def table_lines(columns: Sequence[Column], rows: Sequence[Sequence[str]], width:
     return lines
 
 
+def print_wrapped(first: str, rest: str = "", *, indent: int = 4, out: TextIO | None = None) -> None:
+    """A line of prose after a table: whole into a pipe, wrapped under a hanging indent on a terminal."""
+    out = out or sys.stdout
+    for line in status_lines(first, rest, terminal_width(out), indent):
+        print(line, file=out)
+
+
 def status_lines(first: str, rest: str, width: int | None, indent: int) -> list[str]:
     """`first` + `rest` as one line, or on a terminal wrapped to `width` under a hanging indent."""
     if width is None:
