@@ -5,6 +5,8 @@ Nothing here writes to stdout: stdout carries only the final JSON object of `--j
 JSONL events, one object per line, each with "event" and "t" (seconds since start):
     start        {"command", "version"}
     plan         {"lines", "batches", "to_synthesize", "cached", "work_dir"}
+    cache        {"to_synthesize", "cached"}  (the plan cache looked up)
+    render       {"to_render", "cached"}  (the render cache looked up)
     stage        {"name", "status": "start"|"done", "seconds"}
     batch_start  {"batch", "lines"}
     batch_done   {"batch", "lines", "seconds", "audio_seconds", "rtf"}

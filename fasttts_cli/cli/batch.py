@@ -99,6 +99,7 @@ def batch(
 
     def body(rep: Reporter) -> dict[str, Any]:
         from fasttts_cli.app.batch import BatchOptions, run_batch
+        from fasttts_cli.app.batch_progress import tally
         from fasttts_cli.app.manifest import ManifestError, load_jobs
         from fasttts_cli.errors import FastTTSError, UsageError
 
@@ -133,6 +134,7 @@ def batch(
             how["ray"] = ray
         res = run_batch(manifest, rep, BatchOptions(fail_fast=fail_fast, pool=how))
         out = res.to_json()
+        out["counts"] = tally(j["status"] for j in out["jobs"])  # the closing line's numbers
         if "error" in out:
             fail(False, rep, "batch", out["error"], out["hint"], out["exit_code"], out["kind"], ui.verbosity)
         out["warnings"] = rep.warnings
@@ -157,6 +159,7 @@ def _human(r: dict[str, Any]) -> None:
         else:
             code = "" if j["exit_code"] is None else f" (exit {j['exit_code']})"
             print(f"{j['id']}: {j['status'].replace('_', ' ')}{code}: {j['error']}")
-    ok = sum(1 for j in r.get("jobs", []) if j["ok"])
     if r.get("jobs"):
-        print(f"{ok} of {len(r['jobs'])} jobs ok")
+        from fasttts_cli.app.batch_progress import summary_line
+
+        print(summary_line(r["counts"]))

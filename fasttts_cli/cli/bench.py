@@ -118,7 +118,9 @@ def calibrate(
     voice: Annotated[
         list[Path], typer.Option("--voice", metavar="REF", help="A reference voice (repeat: a few of yours).")
     ],
-    text: Annotated[list[str], typer.Option("--text", help="A calibration line (repeat: a few of yours).")],
+    text: Annotated[
+        list[str], typer.Option("--text", metavar="TEXT", help="A calibration line (repeat: a few of yours).")
+    ],
     level: Annotated[
         list[str] | None, typer.Option("--level", metavar="T1..T6", help="Levels to calibrate (default all).")
     ] = None,

@@ -52,9 +52,14 @@ def cast(
         return run_cast(opts, rep)
 
     def human(r: dict[str, Any]) -> None:
-        for c in r["cues"]:
-            text = c["text"].replace("\n", " ")
-            print(f"{c['index']:>4}  {c['start']:8.2f}  {c['speaker']:<11} {c['confidence']:+.3f}  {text}")
+        from fasttts_cli.cli.tables import Column, print_table
+
+        rows = [
+            (str(c["index"]), f"{c['start']:.2f}", c["speaker"], f"{c['confidence']:+.3f}", c["text"])
+            for c in r["cues"]
+        ]
+        cols = [Column("#", right=True), Column("start", right=True), Column("speaker")]
+        print_table([*cols, Column("confidence", right=True), Column("text", wrap=True)], rows)
         counts = ", ".join(f"{k} ({v['cues']} cues)" for k, v in r["cast"].items())
         print(f"{r['speakers']} speakers by {r['encoder']}: {counts}; {r['rule']}")
         if r["outputs"]["subtitles"]:

@@ -17,6 +17,7 @@ from typing import Annotated, Any
 
 import typer
 
+from fasttts_cli.app.job import AUDIO_EXTS, FAILURE_POLICIES, MIX_MODES, SYNTH_FAILURE_POLICIES
 from fasttts_cli.app.progress import NORMAL, Reporter
 
 # ---- dub -----------------------------------------------------------------------------------------
@@ -33,6 +34,7 @@ from fasttts_cli.cli.shared import (
     ScriptFlags,
     TimingFlags,
     app,
+    choices,
     command,
     dub_options,
     emotion_spec,
@@ -71,7 +73,14 @@ def dub(
         Path | None, typer.Option("--video", help="Video to dub; without it, audio only.")
     ] = None,
     lang: Annotated[
-        str, typer.Option("--lang", help="ISO 639-2 code of the dub language (eng, spa, ...).")
+        str,
+        typer.Option(
+            "--lang",
+            metavar="CODE",
+            help="The script's language: the engine speaks it and the dub track is tagged with it. "
+            "ISO 639-2 (spa; ger is read as deu), ISO 639-1 (es) or a tag (es-ES, pt_BR: the region "
+            "is dropped); und: the engine decides.",
+        ),
     ] = "und",
     output: Annotated[
         Path | None, typer.Option("-o", "--output", help="Output file (default <stem>.<lang>.<ext>).")
@@ -96,10 +105,24 @@ def dub(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Check inputs and write the plan; load no model.")
     ] = False,
-    on_line_failure: Annotated[str, typer.Option("--on-line-failure", help="fail | silence | skip")] = "fail",
+    on_line_failure: Annotated[
+        str,
+        typer.Option(
+            "--on-line-failure",
+            metavar=choices(FAILURE_POLICIES),
+            help="A line that cannot be synthesized: fail the run, put silence in its place, or skip it.",
+        ),
+    ] = "fail",
     max_retries: MaxRetriesOpt = 2,
     timing: TimingFlags,
-    mix: Annotated[str, typer.Option("--mix", help="replace | keep | duck | background")] = "replace",
+    mix: Annotated[
+        str,
+        typer.Option(
+            "--mix",
+            metavar=choices(MIX_MODES),
+            help="The dub alone, beside the original track, over it ducked, or over --background.",
+        ),
+    ] = "replace",
     background: Annotated[
         Path | None, typer.Option("--background", help="Music-and-effects stem under the dub.")
     ] = None,
@@ -111,7 +134,10 @@ def dub(
     default_subtitles: Annotated[
         bool, typer.Option("--default-subtitles", help="Mark the soft-subtitle track default (shown).")
     ] = False,
-    title: Annotated[str | None, typer.Option("--title", help="Dub track title.")] = None,
+    title: Annotated[
+        str | None,
+        typer.Option("--title", metavar="TEXT", help="Dub track title (default: Dub (<lang>) — fasttts)."),
+    ] = None,
     no_wait: Annotated[
         bool,
         typer.Option("--no-wait", help="If another run holds the work folder, exit 2 instead of waiting."),
@@ -159,15 +185,28 @@ def dub(
 def synth(
     text: Annotated[str, typer.Argument(help="The text to speak; - reads it from stdin.")],
     voice: Annotated[Path, typer.Option("--voice", help="Reference voice audio.")],
-    output: Annotated[Path, typer.Option("-o", "--output", help="Output audio: .wav, .flac or .m4a.")],
+    output: Annotated[
+        Path, typer.Option("-o", "--output", metavar="FILE", help=f"Output audio: {' '.join(AUDIO_EXTS)}.")
+    ],
     engine: EngineOpt = None,
     preset: PresetOpt = None,
-    seed: Annotated[int, typer.Option("--seed")] = 0,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the line (with its text and voice).")] = 0,
     lang: Annotated[
-        str, typer.Option("--lang", help="The text's language (ISO 639-1/639-2); und: the engine decides.")
+        str,
+        typer.Option(
+            "--lang",
+            metavar="CODE",
+            help="The text's language: ISO 639-1 (es), ISO 639-2 (spa) or a tag (es-ES); und: the engine "
+            "decides.",
+        ),
     ] = "und",
     on_line_failure: Annotated[
-        str, typer.Option("--on-line-failure", help="fail | silence (write silence of the text's length)")
+        str,
+        typer.Option(
+            "--on-line-failure",
+            metavar=choices(SYNTH_FAILURE_POLICIES),
+            help="fail, or write silence of the text's length.",
+        ),
     ] = "fail",
     max_retries: MaxRetriesOpt = 2,
     duration: Annotated[
@@ -243,42 +282,43 @@ def inspect(
 
 
 def _print_inspect(r: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    from fasttts_cli.cli.tables import Column, print_table, print_wrapped
 
-    con = Console(soft_wrap=True)
     fc = {t["index"]: t for t in r["forecast"]["lines"]}
-    t = Table(title=f"{r['script']}: {len(r['cues'])} lines (engine: {r['engine']['kind']})")
-    for col in ("#", "start", "end", "speaker", "tokens", "est. s", "render", "stretch", "action", "text"):
-        t.add_column(col)
+    rows = []
     for c in r["cues"]:
         f = fc.get(c["index"], {})
-        t.add_row(
-            str(c["index"]),
-            f"{c['start']:.2f}",
-            f"{c['end']:.2f}",
-            c["speaker"] or "",
-            str(c["tokens"]),
-            f"{f.get('natural', 0):.2f}",
-            f"{f.get('render_factor', 1):.2f}",
-            f"{f.get('stretch_factor', 1):.2f}",
-            f.get("action", ""),
-            c["text"],
+        rows.append(
+            (
+                str(c["index"]),
+                f"{c['start']:.2f}",
+                f"{c['end']:.2f}",
+                c["speaker"] or "",
+                str(c["tokens"]),
+                f"{f.get('natural', 0):.2f}",
+                f"{f.get('render_factor', 1):.2f}",
+                f"{f.get('stretch_factor', 1):.2f}",
+                f.get("action", ""),
+                c["text"],
+            )
         )
-    con.print(t)
+    heads = ("#", "start", "end", "speaker", "tokens", "est. s", "render", "stretch", "action")
+    cols = [Column(h, right=h not in ("speaker", "action")) for h in heads] + [Column("text", wrap=True)]
+    title = f"{r['script']}: {len(r['cues'])} lines (engine: {r['engine']['kind']})"
+    print_table(cols, rows, title=title)
     sp = ", ".join(
         f"{k} ({v['lines']} lines -> {v['voice'] or 'no voice yet'})" for k, v in r["speakers"].items()
     )
-    con.print(f"speakers: {sp}")
+    print_wrapped("speakers: ", sp)
     for b in r["batches"]:
-        con.print(f"batch {b['index']}: voice {b['voice'] or '(none yet)'}, lines {b['lines']}")
+        print_wrapped(f"batch {b['index']}: ", f"voice {b['voice'] or '(none yet)'}, lines {b['lines']}")
     s = r["forecast"]["summary"]
-    con.print(
+    print_wrapped(
         f"forecast at {r['forecast']['chars_per_second']} chars/s: max factor {s['max_factor']}, "
         f"{s['actions'].get('shifted', 0)} shifted, {s['overflowing']} overflowing"
     )
     for w in r.get("warnings", []):
-        con.print(f"warning: {w}", style="yellow")
+        print_wrapped("warning: ", w)
 
 
 # The other commands register themselves on the shared app; imported after dub, synth and inspect so that

@@ -28,20 +28,17 @@ def presets() -> Job:
         return list_presets()
 
     def human(r: dict[str, Any]) -> None:
-        from rich.console import Console
-        from rich.table import Table
+        from fasttts_cli.cli.tables import Column, print_table, print_wrapped
 
-        t = Table(title="presets (build with: fasttts build --preset NAME)")
-        for col in ("name", "needs", "here", "description"):
-            t.add_column(col)
-        for p in r["presets"]:
-            here = _HERE[bool(p.get("can_build")), bool(p.get("can_run"))]
-            t.add_row(p["name"], p["needs"], here, p["description"])
-        con = Console(soft_wrap=True)
-        con.print(t)
+        rows = [
+            (p["name"], p["needs"], _HERE[bool(p.get("can_build")), bool(p.get("can_run"))], p["description"])
+            for p in r["presets"]
+        ]
+        cols = [Column("name"), Column("needs", wrap=True), Column("here"), Column("description", wrap=True)]
+        print_table(cols, rows, title="presets (build with: fasttts build --preset NAME)")
         for p in r["presets"]:
             for m in p.get("missing", []):
-                con.print(f"{p['name']}: missing {m}", markup=False, highlight=False)
+                print_wrapped(f"{p['name']}: missing ", m)
 
     return body, human
 
@@ -114,17 +111,25 @@ def doctor() -> Job:
         return r
 
     def human(r: dict[str, Any]) -> None:
+        import sys
+
+        from fasttts_cli.cli.tables import status_lines, terminal_width
+
+        width = terminal_width(sys.stdout)  # a terminal: long details wrap under their check
         mark = {"ok": "ok ", "missing": "MISSING", "warn": "warn", "info": "-- "}
+        lines: list[str] = []
         for c in r["checks"]:
-            print(f"[{mark.get(c['status'], c['status']):>7}] {c['name']}: {c['detail']}")
+            lines += status_lines(
+                f"[{mark.get(c['status'], c['status']):>7}] ", f"{c['name']}: {c['detail']}", width, 10
+            )
             if c["fix"] and c["status"] != "ok":
-                print(f"          fix: {c['fix']}")
-        print("licences of the models in use:")
+                lines += status_lines("          fix: ", c["fix"], width, 15)
+        lines.append("licences of the models in use:")
         for kind, rows in r["licences"].items():
             for row in rows:
-                print(f"  [{kind}] {row['model']}: {row['licence']}")
-        for p in r["problems"]:
-            print(f"problem: {p}")
+                lines += status_lines(f"  [{kind}] ", f"{row['model']}: {row['licence']}", width, 4)
+        lines += [f"problem: {p}" for p in r["problems"]]
+        print("\n".join(lines))
 
     return body, human
 
@@ -232,7 +237,9 @@ def download(
     out_dir: Annotated[
         Path, typer.Argument(metavar="DIR", help="Checkpoint folder to fill (new or partial).")
     ],
-    model: Annotated[str, typer.Option("--model", help="Model to fetch.")] = "indextts2",
+    model: Annotated[
+        str, typer.Option("--model", metavar="[indextts2]", help="Model to fetch.")
+    ] = "indextts2",
     with_qwen: Annotated[
         bool,
         typer.Option(
@@ -244,7 +251,12 @@ def download(
         typer.Option("--cache-dir", metavar="DIR", help="Hugging Face cache (default: huggingface_hub's)."),
     ] = None,
     revision: Annotated[
-        str | None, typer.Option("--revision", help="Revision of IndexTeam/IndexTTS-2 (default main).")
+        str | None,
+        typer.Option(
+            "--revision",
+            metavar="REV",
+            help="Revision of IndexTeam/IndexTTS-2: a branch, tag or commit (default main).",
+        ),
     ] = None,
     *,
     ui: Output,

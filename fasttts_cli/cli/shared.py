@@ -18,6 +18,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from fasttts_cli import __version__
+from fasttts_cli.app.job import OVERFLOW_POLICIES
 from fasttts_cli.app.progress import NORMAL, QUIET, VERBOSE, Reporter, setup_logging
 from fasttts_cli.errors import ExitCode, FastTTSError, UsageError
 
@@ -57,6 +58,40 @@ def _root(
     pass
 
 
+def choices(values: tuple[str, ...]) -> str:
+    """A metavar listing a flag's values, as click writes a choice: `[shift|overlap|truncate|fail]`."""
+    return "[" + "|".join(values) + "]"
+
+
+# dubbing.timing.FIT_MODES and dubbing.readers.FORMATS, written out so that every command's help does not
+# import the readers and the solver (tests/test_terminal_output.py holds them equal).
+FIT_MODES = ("model", "stretch")
+INPUT_FORMATS = ("srt", "vtt", "ass", "ssa", "txt", "tsv", "csv", "jsonl")
+
+
+class _Command(typer.core.TyperCommand):
+    """A command whose help names its arguments as usage lines always have: `fasttts dub [OPTIONS]
+    SCRIPT` and `SCRIPT  Subtitles or ...` (typer writes `{script}` and `script <path>`, which read as a
+    template's placeholder and a type, not as what to type)."""
+
+    def __init__(self, *args: Any, params: list[Any] | None = None, **kw: Any) -> None:
+        for p in params or []:
+            if isinstance(p, typer.core.TyperArgument):
+                p.metavar = p.metavar or (p.name or "").upper()
+                # the help text says what the argument is; typer's `<path>` / `<str>` would repeat it badly
+                p.display_type_rich = lambda ctx: None  # type: ignore[method-assign]
+        super().__init__(*args, params=params, **kw)
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for p in self.get_params(ctx):
+            if isinstance(p, typer.core.TyperArgument):
+                pieces.append(p.metavar if p.required else f"[{p.metavar}]")
+            else:
+                pieces.extend(p.get_usage_pieces(ctx))
+        return pieces
+
+
 # ---- shared option types -------------------------------------------------------------------------
 
 JsonOpt = Annotated[
@@ -79,7 +114,9 @@ EngineOpt = Annotated[
         "Default: $FASTTTS_ENGINE, else the draft voice.",
     ),
 ]
-PresetOpt = Annotated[str | None, typer.Option("--preset", help="Run-time preset name or .toml path.")]
+PresetOpt = Annotated[
+    str | None, typer.Option("--preset", metavar="NAME|FILE", help="Run-time preset name or .toml path.")
+]
 StylesOpt = Annotated[
     str | None,
     typer.Option("--styles", metavar="A,B", help="ASS/SSA: the dialogue styles to dub (case-insensitive)."),
@@ -89,7 +126,12 @@ EncodingOpt = Annotated[
     typer.Option("--encoding", metavar="NAME", help="Read the script in this encoding (cp1252, gb18030...)."),
 ]
 FormatOpt = Annotated[
-    str | None, typer.Option("--format", help="Input format if the extension is not enough.")
+    str | None,
+    typer.Option(
+        "--format",
+        metavar=choices(INPUT_FORMATS),
+        help="Input format if the extension is not enough.",
+    ),
 ]
 NamePrefixOpt = Annotated[bool, typer.Option("--name-prefix", help="Read 'Name: text' prefixes as speakers.")]
 BatchSizeOpt = Annotated[int, typer.Option("--batch-size", help="Lines per synthesis batch.")]
@@ -104,11 +146,20 @@ MaxSlowdownOpt = Annotated[
 MaxFactorStepOpt = Annotated[
     float, typer.Option("--max-factor-step", help="Max tempo difference of neighbours.")
 ]
-OverflowOpt = Annotated[str, typer.Option("--overflow", help="shift | overlap | truncate | fail")]
+OverflowOpt = Annotated[
+    str,
+    typer.Option(
+        "--overflow",
+        metavar=choices(OVERFLOW_POLICIES),
+        help="A line that does not fit its slot: shift the next ones, overlap them, truncate it, or fail.",
+    ),
+]
 FitOpt = Annotated[
     str,
     typer.Option(
-        "--fit", help="model: the engine renders each line to its slot | stretch: tempo change only."
+        "--fit",
+        metavar=choices(FIT_MODES),
+        help="model: the engine renders each line to its slot; stretch: tempo change only.",
     ),
 ]
 MaxRenderSpeedupOpt = Annotated[
@@ -270,7 +321,7 @@ def command(
 
         run.__signature__ = inspect.Signature(params, return_annotation=int)  # type: ignore[attr-defined]
         run.__annotations__ = {p.name: p.annotation for p in params} | {"return": int}
-        app.command(name, epilog=epilog, context_settings=context_settings)(run)
+        app.command(name, cls=_Command, epilog=epilog, context_settings=context_settings)(run)
         return run
 
     return register
