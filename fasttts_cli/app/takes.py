@@ -100,10 +100,14 @@ def keep_takes(
     new take that failed leaves the line on its previous take for later runs, but its number stays used.
     The book is written (atomically) only when it changed."""
     book = choice.book
+    fam = {i: slot.split("#", 1)[0] for i, slot in choice.slots.items()}
+    made: dict[str, set[int]] = {}  # per text/voice: the takes this run cached (shared by its lines)
     for i, st in states.items():
-        ok = cache.has(st.key)
-        if ok and st.take not in st.takes:
-            st.takes = sorted({*st.takes, st.take})
+        if cache.has(st.key):
+            made.setdefault(fam[i], set()).add(st.take)
+    for i, st in states.items():
+        st.takes = sorted({*st.takes, *made.get(fam[i], ())})
+        ok = st.take in made.get(fam[i], ())
         slot = choice.slots[i]
         entry = book.entries.get(slot)
         if entry is None and st.take == 1:
