@@ -240,3 +240,10 @@ def test_a_manifest_row_takes_retake_and_take(tmp_path: Path) -> None:
     m.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     a, b = load_jobs(m, DubArgv())
     assert a.options.retake == "1,3" and b.options.take == ["2=1", "3=2"]
+
+
+def test_a_line_with_nothing_to_say_has_no_takes(job: DubOptions) -> None:
+    job.script.write_text(SCRIPT + "8.0\t9.0\tA\t[door slams]\n", encoding="utf-8")
+    job.retake = "4"
+    with pytest.raises(UsageError, match="--retake: line 4 has nothing to say after cleanup"):
+        run_dub(job, synthesizer=SeedSynth())
