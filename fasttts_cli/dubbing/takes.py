@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from fasttts_cli.dubbing.cache import atomic_write_json, normalize_text
+from fasttts_cli.dubbing.plan import spec_parts
 from fasttts_cli.errors import UsageError
 
 TAKES_FILE = "takes.json"
@@ -34,10 +35,7 @@ def parse_take(values: Iterable[str], flag: str = "--take") -> dict[int, int]:
     """`["7=1", "9=2,10=3"]` -> {7: 1, 9: 2, 10: 3}; a bad item is a UsageError naming it."""
     out: dict[int, int] = {}
     for value in values:
-        parts = [p.strip() for p in value.split(",")]
-        if not any(parts):
-            raise UsageError(f'{flag} "{value}": empty; give LINE=TAKE pairs like 7=1,9=2')
-        for part in parts:
+        for part in spec_parts(value, flag, "LINE=TAKE pairs like 7=1,9=2"):
             m = re.fullmatch(r"(\d+)\s*=\s*(\d+)", part)
             if not m:
                 raise UsageError(f"{flag} {value}: {part!r} is not LINE=TAKE", hint=f"e.g. {flag} 7=1,9=2")
