@@ -20,6 +20,7 @@ from fasttts_cli.dubbing.cache import line_seed, take_seed
 from fasttts_cli.dubbing.takes import TAKES_FILE, existing_takes, line_slots, parse_take
 from fasttts_cli.errors import UsageError
 from fasttts_cli.synth.synthesizer import SynthRequest, SynthResult
+from tests.conftest_engine import *  # noqa: F403 (fixtures: tiny_engine_dir, voice_wav)
 from tests.test_cli import run
 from tests.test_pipeline import SCRIPT, SR, FakeSynth, make_job
 
@@ -247,3 +248,34 @@ def test_a_line_with_nothing_to_say_has_no_takes(job: DubOptions) -> None:
     job.retake = "4"
     with pytest.raises(UsageError, match="--retake: line 4 has nothing to say after cleanup"):
         run_dub(job, synthesizer=SeedSynth())
+
+
+@pytest.mark.slow
+def test_a_take_is_reproducible_on_a_seeded_engine(
+    tmp_path: Path, tiny_engine_dir: Path, voice_wav: Path
+) -> None:
+    """The tiny IndexTTS-2 engine (seeded sampling): take 2 made in two work folders, one after take 1
+    and one straight away, is the same key and the same codes, and not take 1's."""
+    from fasttts_cli.app.engine_load import load_synthesizer
+    from fasttts_cli.synth.engine_select import select_engine
+
+    script = tmp_path / "ep.srt"
+    script.write_text("1\n00:00:00,500 --> 00:00:02,500\nHello there.\n", encoding="utf-8")
+    synth = load_synthesizer(select_engine(str(tiny_engine_dir)), None, cache_dir=tmp_path / "voices")
+
+    def line1(folder: str, retake: str | None = None) -> tuple[dict, bytes]:
+        o = DubOptions(script=script, voices=[str(voice_wav)], output_dir=tmp_path / folder, retake=retake)
+        (ln,) = _report(run_dub(o, synthesizer=synth))["lines"]
+        return ln, (
+            tmp_path / folder / "ep.fasttts" / "plans" / ln["key"][:2] / f"{ln['key']}.npy"
+        ).read_bytes()
+
+    try:
+        one, codes1 = line1("a")
+        a, codes_a = line1("a", "1")
+        b, codes_b = line1("b", "1")
+    finally:
+        synth.close()
+    assert (one["take"], a["take"], b["take"]) == (1, 2, 2) and a["takes"] == [1, 2] and b["takes"] == [2]
+    assert a["key"] == b["key"] and a["seed"] == b["seed"] == take_seed(one["seed"], 2)
+    assert codes_a == codes_b != codes1
