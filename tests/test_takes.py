@@ -1,7 +1,8 @@
 """Takes (`--retake`, `--take`, the work folder's takes.json) with a fake engine whose audio depends on the
 seed: a new take is a new seed and a new cache entry, earlier takes stay, going back synthesizes nothing
 and gives the earlier output bit for bit, the choice survives a plain run, a line that moves keeps it and
-a changed text starts afresh. The real draft voice on the demo: tests/test_takes_e2e.py."""
+a changed text starts afresh; on the tiny seeded IndexTTS-2 engine a take is reproducible. The real
+draft voice on the demo: tests/test_takes_e2e.py."""
 
 from __future__ import annotations
 
