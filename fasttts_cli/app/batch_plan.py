@@ -26,6 +26,7 @@ from fasttts_cli.app.job import (
 )
 from fasttts_cli.app.progress import QUIET, Reporter
 from fasttts_cli.app.synthesis import key_params, line_states, plan_meta, prepare_voices, seed_of
+from fasttts_cli.app.takes import choose_takes
 from fasttts_cli.dubbing.cache import LineCache, check_hits
 from fasttts_cli.dubbing.plan import pack
 from fasttts_cli.errors import FastTTSError
@@ -70,6 +71,8 @@ def plan_one(index: int, o: DubOptions, rep: Reporter, synth: Synthesizer) -> Jo
     voices = prepare_voices(o, Reporter(verbosity=QUIET), inputs, plan, synth)
     states = line_states(o, inputs, plan, synth, voices, lang, params)
     cache = LineCache(paths.work_dir / "plans")
+    # Each line on the take the job will use (a new one for --retake); the job's own run remembers it.
+    choose_takes(Reporter(verbosity=QUIET), inputs, states, cache, paths.work_dir, synth.identity(), params)
     forced = inputs.only or set()
     hits, damaged = check_hits(cache, {i: st.key for i, st in states.items() if i not in forced})
     for i, why in damaged.items():

@@ -55,6 +55,8 @@ class DubOptions:
     max_batch_tokens: int = 2000
     seed: int = 0
     only: str | None = None
+    retake: str | None = None  # --retake 3,7-9: a new take for these lines
+    take: list[str] | None = None  # --take 7=1 (repeatable, or 7=1,9=2): put lines back on a take
     dry_run: bool = False
     on_line_failure: str = "fail"
     max_retries: int = 2
@@ -302,6 +304,11 @@ class LineState:
     render_key: str = ""
     rendered: bool = False  # rendered in this run (False: the render cache had it)
     residual: float = 1.0
+    # Takes (app/takes.py): the take this line is on (its `seed` and `key` are that take's), the takes
+    # its text/voice/emotion has in the plan cache, and whether this run gave it a new one (--retake).
+    take: int = 1
+    takes: list[int] = field(default_factory=list)
+    retaken: bool = False
 
 
 @dataclass
@@ -318,6 +325,8 @@ class JobInputs:
     subtitle_header: str | None = None  # ASS/SSA: the script's header and styles, for those subtitles
     cast: Any = None  # cast_voices.CastState: --cast, --voice from-video, --emotion-from-line
     emotions: dict[int, EmotionSpec] = field(default_factory=dict)  # line -> its own emotion reference
+    retake: set[int] = field(default_factory=set)  # --retake: lines to give a new take
+    take: dict[int, int] = field(default_factory=dict)  # --take: line -> the take to put it on
 
 
 def plan_job(

@@ -14,6 +14,8 @@ single_line.py).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from fasttts_cli.app.assembly import assemble
 from fasttts_cli.app.cast_voices import build_job_cast, cast_json, draft_notice, line_emotions
 from fasttts_cli.app.engine_load import (
@@ -50,6 +52,7 @@ def read_inputs(o: DubOptions, *, require_voices: bool = True) -> JobInputs:
     from fasttts_cli.dubbing.plan import parse_only
     from fasttts_cli.dubbing.readers import layout_untimed, parse_styles, read_script_full
     from fasttts_cli.dubbing.speakers import check_voices, parse_voice_flags, voice_name_problems
+    from fasttts_cli.dubbing.takes import parse_take
     from fasttts_cli.media.probe import probe, require_video
 
     got = read_script_full(
@@ -71,17 +74,14 @@ def read_inputs(o: DubOptions, *, require_voices: bool = True) -> JobInputs:
         raise UsageError(voice_warnings[0], hint="fix the name, or leave out --strict-voices to only warn")
     if require_voices:
         check_voices(cues, vm)
+    known = {c.index for c in cues}
     only = None
     if o.only is not None:  # not `if o.only`: an empty --only "" must be refused, not mean "all lines"
-        only = parse_only(o.only)
-        known = {c.index for c in cues}
-        missing = sorted(only - known)
-        if missing:
-            raise UsageError(
-                f"--only {o.only}: no line {', '.join(map(str, missing[:10]))} in {o.script} "
-                f"(it has lines {min(known)}-{max(known)})",
-                hint="line numbers are the ones `fasttts inspect` shows",
-            )
+        only = _known_lines("--only", o.only, parse_only(o.only), known, o.script)
+    retake = set() if o.retake is None else parse_only(o.retake, "--retake")
+    _known_lines("--retake", o.retake or "", retake, known, o.script)
+    take = parse_take(o.take or [])
+    _known_lines("--take", ",".join(o.take or []), set(take), known, o.script)
     # check_complete: a truncated video, stem or voice is refused here, not found out after synthesis.
     media = require_video(o.video, check_complete=True) if o.video is not None else None
     if o.background is not None:
@@ -110,7 +110,21 @@ def read_inputs(o: DubOptions, *, require_voices: bool = True) -> JobInputs:
         got.format,
         got.header,
         cast,
+        retake=retake,
+        take=take,
     )
+
+
+def _known_lines(flag: str, spec: str, lines: set[int], known: set[int], script: Path) -> set[int]:
+    """`lines` when every one is a line of the script; else exit 2 naming the flag and the missing lines."""
+    missing = sorted(lines - known)
+    if missing:
+        raise UsageError(
+            f"{flag} {spec}: no line {', '.join(map(str, missing[:10]))} in {script} "
+            f"(it has lines {min(known)}-{max(known)})",
+            hint="line numbers are the ones `fasttts inspect` shows",
+        )
+    return lines
 
 
 def run_dub(

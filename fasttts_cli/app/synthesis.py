@@ -12,6 +12,7 @@ from typing import Any
 
 from fasttts_cli.app.job import GUARD, DubOptions, JobInputs, LineState, OutputPaths, format_ranges, plan_job
 from fasttts_cli.app.progress import Reporter
+from fasttts_cli.app.takes import choose_takes, keep_takes
 from fasttts_cli.dubbing.cache import LineCache, check_hits, line_key, line_seed, normalize_text, retry_seed
 from fasttts_cli.errors import FastTTSError, SynthesisError
 from fasttts_cli.synth.synthesizer import EmotionSpec, LinePlan, Synthesizer, SynthRequest, Voice, plan_rows
@@ -121,6 +122,7 @@ def synthesize_all(
     with rep.stage("voices"):
         voices = prepare_voices(o, rep, job, plan, synth)
     states = line_states(o, job, plan, synth, voices, lang, params)
+    takes = choose_takes(rep, job, states, cache, paths.work_dir, identity, params, planned)
     forced = job.only or set()
     # Every hit is verified in full before the to-do list is made (meta, .npy header and size, checksum:
     # about 1 s for a 2-hour film's 1500 lines), so a damaged entry is re-synthesized now and placement
@@ -159,6 +161,8 @@ def synthesize_all(
             f"interrupted: {done} of the {len(todo)} lines to synthesize are finished and cached in "
             f"{paths.work_dir}; run the same command again to resume"
         ) from None
+    finally:
+        keep_takes(rep, takes, states, cache, paths.work_dir)
 
     for i, meta in hits.items():  # the verified metas: nothing is re-read
         st = states[i]
@@ -178,6 +182,7 @@ def plan_meta(st: LineState, identity: str, plan: LinePlan, retries: int, seed: 
         "voice": st.voice.key if st.voice else None,
         "identity": identity,
         "seed": st.seed,
+        "take": st.take,
         "plan_seed": seed,
         "retries": retries,
         "natural_samples": int(plan.natural_samples),

@@ -102,6 +102,18 @@ def dub(
     only: Annotated[
         str | None, typer.Option("--only", metavar="3,7-9", help="Re-render just these lines (forced).")
     ] = None,
+    retake: Annotated[
+        str | None,
+        typer.Option(
+            "--retake", metavar="3,7-9", help="A new take (a new seed) of these lines; old takes stay."
+        ),
+    ] = None,
+    take: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--take", metavar="LINE=TAKE", help="Put a line on one of its takes: 7=1 (repeat, or 7=1,9=2)."
+        ),
+    ] = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Check inputs and write the plan; load no model.")
     ] = False,
@@ -174,6 +186,9 @@ def dub(
             f"{s['stretched']} tempo-stretched (max {s['max_stretch']}x), {s['shifted']} shifted; "
             f"{s['loudness_lufs']} LUFS, {s['true_peak_dbtp']} dBTP"
         )
+        if s.get("retaken"):
+            new = [f"line {i} take {s['chosen_takes'][str(i)]}" for i in s["retaken"]]
+            print(f"new takes: {', '.join(new)}")
 
     return body, human
 

@@ -10,12 +10,14 @@ Layout of `<stem>.fasttts/`:
                        under `render_key(line key, frames)`
     lines/ab/<key>.json meta: sample_rate, n_samples, dtype, shape, audio_sha256, plan_key, frames, ...
     dub.wav            the final mix before muxing
+    takes.json         each line's chosen take (takes.py), once a take was asked for
     .lock, .lock.owner one run at a time (worklock.py)
 
 A line's key is the sha256 of everything that can change its audio: normalized text, the voice key
 (reference audio hash + emotion), the synthesizer identity (model, engine build, preset, code
 version), the synthesis parameters and the seed. The seed itself comes from (text, voice, base
-seed), never from the line's position or batch-mates, so an edit re-renders only the edited lines. A
+seed), never from the line's position or batch-mates, so an edit re-renders only the edited lines; a
+line's take n > 1 (`--retake`) uses `take_seed(seed, n)`, so each take is an entry of its own. A
 rendered entry's key adds the target length (`render_key`): re-timing a line renders it again from its
 cached plan and never re-runs the GPT.
 
@@ -73,6 +75,15 @@ def line_seed(text: str, voice_key: str, base_seed: int) -> int:
 def retry_seed(seed: int, attempt: int) -> int:
     """Seed for the runaway guard's re-synthesis number `attempt` (1, 2, ...)."""
     return int(_sha(["retry", seed, attempt])[:8], 16) & 0x7FFFFFFF
+
+
+def take_seed(seed: int, take: int) -> int:
+    """The seed of a line's take number `take` (1-based) from the line's own seed. Take 1 is the line's
+    seed itself, so a dub that never asked for a take keeps its keys and audio bit for bit; every other
+    take is a fixed function of (seed, take), so a take is reproducible. Retries derive from it."""
+    if take == 1:
+        return int(seed)
+    return int(_sha(["take", int(seed), int(take)])[:8], 16) & 0x7FFFFFFF
 
 
 def line_key(text: str, voice_key: str, identity: str, params: Mapping[str, Any], seed: int) -> str:

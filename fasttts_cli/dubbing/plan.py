@@ -247,23 +247,29 @@ def pack(
     return out
 
 
-def parse_only(spec: str) -> set[int]:
-    """`"3,7-9"` -> {3, 7, 8, 9}. Cue numbers are 1-based; UsageError naming --only on a bad spec."""
-    out: set[int] = set()
+def spec_parts(spec: str, flag: str, want: str) -> list[str]:
+    """The comma-separated items of a line selection (--only, --retake, --take). "" or " , " selects no
+    line at all, which must not fall through to "every line": a UsageError saying what to give."""
     parts = [p.strip() for p in spec.split(",")]
     if not any(parts):
-        # "" or " , ": no cue at all, which must not fall through to "every line".
-        raise UsageError(f'--only "{spec}": empty selection; give cue numbers like 3,7-9')
-    for part in parts:
+        raise UsageError(f'{flag} "{spec}": empty selection; give {want}')
+    return parts
+
+
+def parse_only(spec: str, flag: str = "--only") -> set[int]:
+    """`"3,7-9"` -> {3, 7, 8, 9}. Cue numbers are 1-based; a bad spec is a UsageError naming `flag`
+    (--only, --retake)."""
+    out: set[int] = set()
+    for part in spec_parts(spec, flag, "cue numbers like 3,7-9"):
         m = re.fullmatch(r"(\d+)(?:\s*-\s*(\d+))?", part)
         if not m:
-            raise UsageError(f"--only {spec}: {part!r} is not a number or range", hint="e.g. --only 3,7-9")
+            raise UsageError(f"{flag} {spec}: {part!r} is not a number or range", hint=f"e.g. {flag} 3,7-9")
         lo = int(m[1])
         hi = int(m[2]) if m[2] is not None else lo
         if lo < 1:
-            raise UsageError(f"--only {spec}: cue numbers start at 1", hint="e.g. --only 3,7-9")
+            raise UsageError(f"{flag} {spec}: cue numbers start at 1", hint=f"e.g. {flag} 3,7-9")
         if hi < lo:
-            raise UsageError(f"--only {spec}: range {part!r} runs backwards", hint=f"write {hi}-{lo}")
+            raise UsageError(f"{flag} {spec}: range {part!r} runs backwards", hint=f"write {hi}-{lo}")
         out.update(range(lo, hi + 1))
     return out
 
