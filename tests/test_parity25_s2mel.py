@@ -184,7 +184,7 @@ def test_e2e_wav_at_each_duration_factor(
     parity25_case: Parity25Case, parity25_modules, parity25_checkpoint
 ) -> None:
     from fasttts_cli.indextts25.text import TextFrontEnd25
-    from fasttts_cli.indextts25.text_normalize import IDENTITY
+    from fasttts_cli.indextts2.text_grammar import IDENTITY
     from fasttts_cli.nets.release_layout25 import TOKENIZER_FILE
 
     c, m, ckpt = parity25_case, parity25_modules, parity25_checkpoint

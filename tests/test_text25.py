@@ -13,7 +13,7 @@ import pytest
 from fasttts_cli.errors import InputError, MissingDependencyError, UsageError
 from fasttts_cli.indextts25 import text_japanese
 from fasttts_cli.indextts25.text import TextConfig25, TextFrontEnd25
-from fasttts_cli.indextts25.text_normalize import IDENTITY
+from fasttts_cli.indextts2.text_grammar import IDENTITY
 from fasttts_cli.indextts25.text_tokenizer import LANGUAGE_CODES, language_row, special_token_names
 
 TIKTOKEN = Path(__file__).parent / "data" / "parity25" / "multilingual_zh_ja_yue_char_del.tiktoken"
