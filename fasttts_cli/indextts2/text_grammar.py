@@ -61,7 +61,7 @@ class Normalizers:
     zh: object
     en: object
     backend: str  # "WeTextProcessing x / pynini y" or "wetext x"
-    zh_cache: Path | None  # folder of the cached Chinese FSTs (None with wetext)
+    zh_cache: Path | None  # folder of the cached Chinese FSTs (None: wetext, or not cached)
 
 
 def cache_root() -> Path:
@@ -126,20 +126,25 @@ def _load_wetextprocessing() -> Normalizers:
     version = f"WeTextProcessing {_version('WeTextProcessing')} / pynini {_version('pynini')}"
     cache = _zh_cache_dir(version)
     done = (cache / "zh_tn_tagger.fst").is_file() and (cache / "zh_tn_verbalizer.fst").is_file()
+    temporary = None
     if not done:
         try:
             _build_zh_cache(cache)
         except OSError:  # an unwritable cache folder: build for this process only
-            cache = Path(tempfile.mkdtemp(prefix="fasttts-wetext-")) / "zh"
+            temporary = Path(tempfile.mkdtemp(prefix="fasttts-wetext-"))
+            cache = temporary / "zh"
             _build_zh_cache(cache)
     zh = NormalizerZh(cache_dir=str(cache), overwrite_cache=False, **ZH_OPTIONS)
+    if temporary is not None:  # the FSTs are in memory now
+        shutil.rmtree(temporary, ignore_errors=True)
+        cache = None
     import tn
 
     shipped = Path(tn.__file__).parent
     if (shipped / "en_tn_tagger.fst").is_file() and (shipped / "en_tn_verbalizer.fst").is_file():
         en = NormalizerEn(overwrite_cache=False)  # reads the wheel's FSTs, writes nothing
     else:
-        en = NormalizerEn(cache_dir=str(cache.parent / "en_tn"), overwrite_cache=False)
+        en = NormalizerEn(cache_dir=str(_zh_cache_dir(version).parent / "en_tn"), overwrite_cache=False)
     return Normalizers(zh, en, version, cache)
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 
+from fasttts_cli.errors import MissingDependencyError
 from fasttts_cli.indextts2.text_grammar import WETEXT, Grammar
 
 # --------------------------------------------------------------------------------- original's constants
@@ -152,6 +153,8 @@ def normalize(text: str, grammar: Grammar = WETEXT, glossary: Glossary | None = 
         text, names = _save_numbered(text, _NAME.findall(text), "n")
         try:
             text = grammar.zh(text)
+        except MissingDependencyError:  # the original fails at load(), before any line
+            raise
         except Exception:  # the original reads a failing grammar as empty text
             text = ""
         text = _restore_numbered(text, names, "n")
@@ -165,6 +168,8 @@ def normalize(text: str, grammar: Grammar = WETEXT, glossary: Glossary | None = 
                 text = _apply_glossary(text, glossary, "en")
             saved, tech = _save_tech_terms(text)
             text = _restore_tech_terms(grammar.en(saved), tech)
+        except MissingDependencyError:
+            raise
         except Exception:
             pass
         text = char_map(text)

@@ -382,9 +382,7 @@ def main() -> None:
     ap.add_argument("--out-numbers25", type=Path, default=DEFAULT_OUT25_NUMBERS)
     ap.add_argument("--out-numbers2", type=Path, default=DEFAULT_OUT2_NUMBERS)
     ap.add_argument("--venv", type=Path, default=DEFAULT_VENV)
-    ap.add_argument(
-        "--tagger-cache", type=Path, help="built Chinese FSTs (default: in --venv)"
-    )
+    ap.add_argument("--tagger-cache", type=Path, help="built Chinese FSTs (default: in --venv)")
     ap.add_argument("--worker", nargs=2, metavar=("ORIG", "RESULT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
