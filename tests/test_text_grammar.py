@@ -131,3 +131,15 @@ def test_draft_voice_dry_run_and_inspect_never_load_the_grammars(command: str, t
     )  # fmt: skip
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result == {"code": 0, "loaded": []}, out.stderr[-2000:]
+
+
+def test_doctor_reports_the_normaliser_without_loading_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fasttts_cli.app.doctor import check_text_normaliser
+
+    monkeypatch.setattr(text_grammar, "_loaded", None)
+    (row,) = check_text_normaliser()
+    assert row.status == "ok" and "WeTextProcessing 1.0.4.1 / pynini 2.1.6" in row.detail
+    assert not text_grammar.is_loaded()
+    monkeypatch.setattr(text_grammar, "_version", lambda dist: "unknown")
+    (row,) = check_text_normaliser()
+    assert row.status == "missing" and "pip install" in row.fix

@@ -114,6 +114,25 @@ def _build_zh_cache(final: Path) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def _backend_name() -> str:
+    return f"WeTextProcessing {_version('WeTextProcessing')} / pynini {_version('pynini')}"
+
+
+def describe() -> tuple[bool, str, str]:
+    """(installed, what and where, how to install) from package metadata alone, for `fasttts doctor`."""
+    linux = platform.system() == "Linux"
+    missing = [
+        d for d in (("WeTextProcessing", "pynini") if linux else ("wetext",)) if _version(d) == "unknown"
+    ]
+    if missing:
+        return False, f"{', '.join(missing)} not installed (IndexTTS engines need it)", _INSTALL_HINT
+    if not linux:
+        return True, f"wetext {_version('wetext')}", ""
+    cache = _zh_cache_dir(_backend_name())
+    state = "cached in" if (cache / "zh_tn_verbalizer.fst").is_file() else "compiled on first use into"
+    return True, f"{_backend_name()}; Chinese grammar {state} {cache}", ""
+
+
 def _load_wetextprocessing() -> Normalizers:
     try:
         from tn.chinese.normalizer import Normalizer as NormalizerZh
@@ -123,7 +142,7 @@ def _load_wetextprocessing() -> Normalizers:
             f"WeTextProcessing is not importable ({e}); IndexTTS text normalisation needs it",
             hint=_INSTALL_HINT,
         ) from None
-    version = f"WeTextProcessing {_version('WeTextProcessing')} / pynini {_version('pynini')}"
+    version = _backend_name()
     cache = _zh_cache_dir(version)
     done = (cache / "zh_tn_tagger.fst").is_file() and (cache / "zh_tn_verbalizer.fst").is_file()
     temporary = None
