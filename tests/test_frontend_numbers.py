@@ -50,6 +50,7 @@ def _case_ids() -> list[str]:
 
 # the small parity bpe.model knows 16 CJK characters: most pieces of a Chinese line are <unk>, on both sides
 @pytest.mark.filterwarnings("ignore:text pieces unknown to the tokenizer")
+@pytest.mark.filterwarnings("ignore:a sentence of .* tokens exceeds")  # the original warns the same
 @pytest.mark.parametrize("case_id", _case_ids())
 def test_v2_front_end_equals_original(case_id: str) -> None:
     doc = oracle()
