@@ -181,8 +181,8 @@ def _text_cases(case: Parity25Case) -> list[str]:
 
 def test_stage_2_text_ids(parity25_case: Parity25Case, parity25_checkpoint: Path) -> None:
     """Our 2.5 front end (identity normaliser, as the oracle's stub) gives the ids the GPT embedded."""
+    from fasttts_cli.indextts2.text_grammar import IDENTITY
     from fasttts_cli.indextts25.text import TextFrontEnd25
-    from fasttts_cli.indextts25.text_normalize import IDENTITY
 
     c = parity25_case
     fe = TextFrontEnd25.load(parity25_checkpoint / TOKENIZER_FILE, _config(parity25_checkpoint), IDENTITY)

@@ -1,10 +1,11 @@
 """IndexTTS-2.5 front end against the original, string for string and id for id.
 
-The cases and the original's outputs are in $FASTTTS_PARITY25_DIR/frontend.json (default the committed
-tests/data/parity25), made by tools/parity25/run_frontend_oracle.py from the original code with its
-WeTextProcessing grammar replaced by the identity; our front end runs with the same identity grammar, so
-every step is compared, the grammar aside. Config values (position table, start/stop ids) and budgets
-come from the file.
+The cases and the original's outputs are in $FASTTTS_PARITY25_DIR/frontend.json (the chain's rules) and
+numbers25.json (subtitle lines full of numbers, dates, money, units...; default folder the committed
+tests/data/parity25), made by tools/parity25/run_frontend_oracle.py from the original code with the real
+WeTextProcessing; our front end runs with its default grammar (the same WeTextProcessing), so every step
+is compared, the grammar included. Config values (position table, start/stop ids) and budgets come from
+the file.
 """
 
 from __future__ import annotations
@@ -20,13 +21,13 @@ from typing import Any
 import pytest
 
 from fasttts_cli.indextts25.text import TextConfig25, TextFrontEnd25
-from fasttts_cli.indextts25.text_normalize import IDENTITY
 from fasttts_cli.indextts25.text_tokenizer import Tokenizer25, special_token_names
 
 pytestmark = pytest.mark.parity25
 
 REPO = Path(__file__).resolve().parent.parent
 STRING_STEPS = ("char_mapped", "normalized", "cased", "annotated", "spaced", "special_upper")
+FILES = ("frontend.json", "numbers25.json")
 HAS_FUGASHI = importlib.util.find_spec("fugashi") is not None
 
 
@@ -35,8 +36,8 @@ def vector_dir() -> Path:
 
 
 @cache
-def oracle() -> dict[str, Any] | None:
-    path = vector_dir() / "frontend.json"
+def oracle(name: str = FILES[0]) -> dict[str, Any] | None:
+    path = vector_dir() / name
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
@@ -48,15 +49,16 @@ def tokenizer() -> Tokenizer25:
 
 
 def _case_ids() -> list[str]:
-    doc = oracle()
-    return [c["id"] for c in doc["cases"]] if doc else ["<missing>"]
+    ids = [f"{name}:{c['id']}" for name in FILES for c in (oracle(name) or {}).get("cases", [])]
+    return ids or ["<missing>"]
 
 
-def _case(case_id: str) -> dict[str, Any]:
-    doc = oracle()
+def _case(case_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    name, _, cid = case_id.partition(":")
+    doc = oracle(name) if cid else None
     if doc is None:
-        pytest.skip(f"no frontend.json in {vector_dir()} (set FASTTTS_PARITY25_DIR)")
-    return next(c for c in doc["cases"] if c["id"] == case_id)
+        pytest.skip(f"no {' or '.join(FILES)} in {vector_dir()} (set FASTTTS_PARITY25_DIR)")
+    return doc, next(c for c in doc["cases"] if c["id"] == cid)
 
 
 def test_tokenizer_file_is_the_one_the_oracle_used() -> None:
@@ -72,13 +74,12 @@ def test_tokenizer_file_is_the_one_the_oracle_used() -> None:
 
 @pytest.mark.parametrize("case_id", _case_ids())
 def test_front_end_equals_original(case_id: str) -> None:
-    case = _case(case_id)
+    doc, case = _case(case_id)
     if case["lang"].lower() == "ja" and not HAS_FUGASHI:
         pytest.skip("Japanese needs fugashi + unidic-lite (the `ja` extra), not installed")
-    doc = oracle()
-    assert doc is not None
+    assert doc["tokenizer"] == oracle()["tokenizer"], "both files use the one tokenizer"  # type: ignore[index]
     config = TextConfig25(case["max_text_tokens"], **doc["config"])
-    fe = TextFrontEnd25(tokenizer(), config, IDENTITY, case.get("glossary") or {})
+    fe = TextFrontEnd25(tokenizer(), config, glossary=case.get("glossary") or {})
     got = fe.process(
         case["text"], case["lang"], case["max_text_tokens_per_segment"], case["text_normalization"]
     )

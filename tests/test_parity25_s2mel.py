@@ -183,8 +183,8 @@ def _e2e_conditioning(case: Parity25Case, m, ckpt: Path) -> dict[str, torch.Tens
 def test_e2e_wav_at_each_duration_factor(
     parity25_case: Parity25Case, parity25_modules, parity25_checkpoint
 ) -> None:
+    from fasttts_cli.indextts2.text_grammar import IDENTITY
     from fasttts_cli.indextts25.text import TextFrontEnd25
-    from fasttts_cli.indextts25.text_normalize import IDENTITY
     from fasttts_cli.nets.release_layout25 import TOKENIZER_FILE
 
     c, m, ckpt = parity25_case, parity25_modules, parity25_checkpoint

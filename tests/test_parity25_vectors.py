@@ -5,13 +5,14 @@ hand-edited vector set fails here first.
 """
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT / "tests" / "data" / "parity25"
+DATA = Path(os.environ.get("FASTTTS_PARITY25_DIR", ROOT / "tests" / "data" / "parity25")).resolve()
 SPEC = ROOT / "tools" / "parity25" / "keys25.json"
 
 

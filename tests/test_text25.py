@@ -1,4 +1,4 @@
-"""IndexTTS-2.5 front end: the special-token table, languages, error paths, the default grammar.
+"""IndexTTS-2.5 front end: the special-token table, languages, error paths, the default grammar (WeText).
 
 Parity with the original, case by case, is in test_parity25_frontend.py.
 """
@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from fasttts_cli.errors import InputError, MissingDependencyError, UsageError
+from fasttts_cli.indextts2.text_grammar import IDENTITY
 from fasttts_cli.indextts25 import text_japanese
 from fasttts_cli.indextts25.text import TextConfig25, TextFrontEnd25
-from fasttts_cli.indextts25.text_normalize import IDENTITY
 from fasttts_cli.indextts25.text_tokenizer import LANGUAGE_CODES, language_row, special_token_names
 
 TIKTOKEN = Path(__file__).parent / "data" / "parity25" / "multilingual_zh_ja_yue_char_del.tiktoken"
@@ -97,7 +97,7 @@ def test_stop_id_other_than_one_keeps_the_bang_and_the_literal_one(fe: TextFront
 
 
 def test_default_grammar_reads_numbers(fe: TextFrontEnd25) -> None:
-    # the verbalisers stand in for WeTextProcessing; the identity (parity) grammar leaves digits alone
+    # the default grammar is WeTextProcessing; the identity grammar leaves digits alone
     assert fe.process("我有3个苹果", "zh").normalized == "我有三个苹果"
     assert fe.process("I have 3 apples", "en").cased == "i have three apples"
     plain = TextFrontEnd25(fe.tokenizer, fe.config, IDENTITY)

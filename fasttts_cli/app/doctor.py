@@ -250,6 +250,14 @@ def check_runtimes() -> list[Check]:
     return rows
 
 
+def check_text_normaliser() -> list[Check]:
+    """WeTextProcessing (wetext off Linux), by package metadata: pynini is not loaded for a check."""
+    from fasttts_cli.indextts2.text_grammar import describe
+
+    found, detail, fix = describe()
+    return [Check("runtime", "text normaliser", OK if found else MISSING, detail, fix)]
+
+
 def check_backends() -> list[Check]:
     """One row per backend of the registry: whether it runs here, and what to install if not (nothing
     is imported: the registry only locates modules)."""
@@ -282,7 +290,8 @@ def licences_in_use() -> dict[str, list[dict[str, str]]]:
 
 def run_doctor() -> dict[str, Any]:
     checks: list[Check] = []
-    for fn in (check_python, check_ffmpeg, check_draft, check_engines, check_runtimes, check_backends):
+    steps = (check_python, check_ffmpeg, check_draft, check_engines, check_runtimes, check_text_normaliser)
+    for fn in (*steps, check_backends):
         try:
             checks += fn()
         except Exception as e:  # a broken check must not hide the others

@@ -1,17 +1,12 @@
 """IndexTTS-2 text front end: normalisation, CJK splitting + uppercasing, SentencePiece, segmenting.
 
-Everything after normalisation reproduces the original exactly (checked by the stage-2 parity vectors):
-`tokenize_by_CJK_char` (spaces around each CJK character, everything else only stripped and UPPERCASED, so
-punctuation after a CJK run stays glued to the next Latin word: `世 界 ,THIS`), SentencePiece pieces
-without BOS/EOS, ids by `PieceToId`, and `split_segments` with its quirks (cut after . ! ? once a piece has
-more than 2 tokens, flush at commas and at `-`, hard split past the maximum, a `'` after a cut token both
-closes the piece and opens the next, greedy merging).
-
-Normalisation. The original runs WeTextProcessing (pynini grammars) between its own pre- and
-post-processing; that is not available here, so `normalize` keeps the original's own steps (English
-`X's` -> `X is` contractions, hyphenated technical terms protected, `<char|reading>` annotations protected,
-the full-width / quote / bracket punctuation map, `$` -> `.` on the Chinese route) and replaces the grammar
-step with a small verbaliser of our own (`text_numbers`).
+Exact to the original (indextts/utils/front.py at index-tts ee40fa7): `normalize` is the original's
+TextNormalizer.normalize with WeTextProcessing as its grammar step (text_normalize.py, text_grammar.py);
+then `tokenize_by_CJK_char` (spaces around each CJK character, everything else only stripped and
+UPPERCASED, so punctuation after a CJK run stays glued to the next Latin word: `世 界 ,THIS`), SentencePiece
+pieces without BOS/EOS, ids by `PieceToId`, and `split_segments` with its quirks (cut after . ! ? once a
+piece has more than 2 tokens, flush at commas and at `-`, hard split past the maximum, a `'` after a cut
+token both closes the piece and opens the next, greedy merging).
 """
 
 from __future__ import annotations
@@ -22,115 +17,22 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fasttts_cli.errors import InputError
-from fasttts_cli.indextts2.text_numbers import verbalize_chinese, verbalize_english
+from fasttts_cli.indextts2.text_normalize import normalize
 
 MAX_SEGMENT_TOKENS = 120  # infer()'s default max_text_tokens_per_segment
-
-# --------------------------------------------------------------------------------- original's constants
 
 _CJK_SPLIT = re.compile(
     r"([\u1100-\u11ff\u2e80-\ua4cf\ua840-\uD7AF\uF900-\uFAFF\uFE30-\uFE4F\uFF65-\uFFDC\U00020000-\U0002FFFF])"
 )
-_HAS_HAN = re.compile(r"[\u4e00-\u9fff]")
-_HAS_LATIN = re.compile(r"[a-zA-Z]")
-_EMAIL = re.compile(r"^[a-zA-Z0-9]+@[a-zA-Z0-9]+\.[a-zA-Z]+$")
-_PINYIN_TONE = re.compile(
-    r"(?<![a-z])((?:[bpmfdtnlgkhjqxzcsryw]|[zcs]h)?(?:[aeiouüv]|[ae]i|u[aio]|ao|ou|i[aue]|[uüv]e|[uvü]ang?"
-    r"|uai|[aeiuv]n|[aeio]ng|ia[no]|i[ao]ng)|ng|er)([1-5])",
-    re.IGNORECASE,
-)
-_CONTRACTION = re.compile(r"(what|where|who|which|how|t?here|it|s?he|that|this)'s", re.IGNORECASE)
-_TECH_TERM = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:-[A-Za-z0-9]+)+")
-_ANNOTATION = re.compile(r"<([^|>\n]+)\|([^>\n]+)>")
-
-# The original's post-map; order matters (alternation tries the keys in this order at each position).
-_CHAR_MAP: dict[str, str] = {
-    "：": ",", "；": ",", ";": ",", "，": ",", "。": ".", "！": "!", "？": "?", "\n": " ", "·": "-",
-    "、": ",", "...": "…", ",,,": "…", "，，，": "…", "……": "…", "“": "'", "”": "'", '"': "'", "‘": "'",
-    "’": "'", "（": "'", "）": "'", "(": "'", ")": "'", "《": "'", "》": "'", "【": "'", "】": "'",
-    "[": "'", "]": "'", "—": "-", "～": "-", "~": "-", "「": "'", "」": "'", ":": ",",
-}  # fmt: skip
-_ZH_CHAR_MAP: dict[str, str] = {"$": ".", **_CHAR_MAP}
-
-
-def _alternation(keys: dict[str, str]) -> re.Pattern[str]:
-    return re.compile("|".join(re.escape(k) for k in keys))
-
-
-_CHAR_RE, _ZH_CHAR_RE = _alternation(_CHAR_MAP), _alternation(_ZH_CHAR_MAP)
-
 SENTENCE_END_TOKENS = (".", "!", "?", "▁.", "▁?", "▁...")
 _COMMA_TOKENS = (",", "▁,")
 _QUOTE_TOKENS = ("'", "▁'")
-
-
-def use_chinese(text: str) -> bool:
-    """The original's route choice: CJK ideographs, or no Latin letter, or an e-mail, or tone pinyin."""
-    if _HAS_HAN.search(text) or not _HAS_LATIN.search(text) or _EMAIL.match(text):
-        return True
-    return bool(_PINYIN_TONE.search(text))
 
 
 def tokenize_by_cjk_char(text: str) -> str:
     """Spaces around every CJK character, other runs stripped and UPPERCASED (the original pre-tokenizer)."""
     parts = _CJK_SPLIT.split(text.strip())
     return " ".join(p.strip().upper() for p in parts if p.strip())
-
-
-# ------------------------------------------------------------------------------------- normalisation
-
-
-def _protect(text: str, pattern: re.Pattern[str], tag: str) -> tuple[str, dict[str, str]]:
-    """Replace matches by letter-only placeholders the verbalisers cannot touch."""
-    saved: dict[str, str] = {}
-
-    def sub(m: re.Match[str]) -> str:
-        n, key = len(saved), ""
-        while True:
-            key = chr(ord("a") + n % 26) + key
-            n = n // 26 - 1
-            if n < 0:
-                break
-        key = f"{tag}{key}{tag}"
-        saved[key] = m.group(0)
-        return key
-
-    return pattern.sub(sub, text), saved
-
-
-def _restore(text: str, saved: dict[str, str]) -> str:
-    for key, value in saved.items():
-        text = text.replace(key, value)
-    return text
-
-
-def normalize(text: str) -> str:
-    """The original's TextNormalizer.normalize with our verbalisers in place of WeTextProcessing."""
-    text, annotations = _protect(text, _ANNOTATION, "PRONPLACEHOLDER")
-    chinese = use_chinese(text)
-    text = _CONTRACTION.sub(r"\1 is", text)
-    if chinese:
-        text = text.rstrip()
-    # Hyphens inside terms like GPT-5-nano must not become minus signs; digits inside are still read.
-    terms = sorted(set(_TECH_TERM.findall(text)), key=len, reverse=True)
-    for term in terms:
-        text = text.replace(term, term.replace("-", " HYPHENPLACEHOLDER "))
-    text, pinyin = _protect(text, _PINYIN_TONE, "PINYINPLACEHOLDER") if chinese else (text, {})
-    text = verbalize_chinese(text) if chinese else verbalize_english(text)
-    text = _restore(text, {k: _correct_pinyin(v) for k, v in pinyin.items()})
-    if terms:
-        text = re.sub(r"\s*HYPHENPLACEHOLDER\s*", "-", text)
-    text = (_ZH_CHAR_RE if chinese else _CHAR_RE).sub(
-        lambda m: (_ZH_CHAR_MAP if chinese else _CHAR_MAP)[m.group()], text
-    )
-    return _restore(text, annotations)
-
-
-def _correct_pinyin(p: str) -> str:
-    """j/q/x + u/ü -> v, uppercased (the original's restore step)."""
-    if p[0] not in "jqxJQX":
-        return p
-    return re.sub(r"([jqx])[uü](n|e|an)*(\d)", r"\g<1>v\g<2>\g<3>", p, flags=re.IGNORECASE).upper()
 
 
 # ------------------------------------------------------------------------------------------ segmenting

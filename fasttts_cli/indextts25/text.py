@@ -3,7 +3,8 @@
 The chain (infer_v2_5.py, infer_generator, in this order), each step a method so that parity can check it:
 
 1. `char_map`: the punctuation map on the raw text, for every language.
-2. `normalize`: zh, zhen and en through TextNormalizer.normalize (text_normalize.py); ja and es through
+2. `normalize`: zh, zhen and en through TextNormalizer.normalize with WeTextProcessing
+   (indextts2/text_normalize.py, text_grammar.py); ja and es through
    NeMo in the original, which is not installed there, so they pass unchanged; any other language too.
 3. `apply_case`: lower case for zh, zhen, en and ja, UPPER case for es, nothing for the rest.
 4. `apply_annotations`: `<word|pron>` -> ` KANA ` for an all-hiragana or all-katakana reading, else the
@@ -28,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from fasttts_cli.errors import UsageError
-from fasttts_cli.indextts25 import text_normalize
+from fasttts_cli.indextts2 import text_normalize
+from fasttts_cli.indextts2.text_grammar import WETEXT, Grammar
 from fasttts_cli.indextts25.text_japanese import space_words
 from fasttts_cli.indextts25.text_tokenizer import LANGUAGE_ROW, Tokenizer25, language_row
 
@@ -98,7 +100,7 @@ class TextFrontEnd25:
 
     tokenizer: Tokenizer25
     config: TextConfig25 = field(default_factory=TextConfig25)
-    grammar: text_normalize.Grammar = text_normalize.VERBALIZERS
+    grammar: Grammar = WETEXT
     glossary: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -106,7 +108,7 @@ class TextFrontEnd25:
         cls,
         tiktoken_file: Path | str,
         config: Mapping[str, Any] | TextConfig25 | None = None,
-        grammar: text_normalize.Grammar = text_normalize.VERBALIZERS,
+        grammar: Grammar = WETEXT,
         glossary: Mapping[str, Any] | None = None,
     ) -> TextFrontEnd25:
         if config is None:

@@ -3,12 +3,16 @@
 
 Runs the ORIGINAL front-end code of index-tts (a `git archive` of the mirror) on the corpus in
 `frontend_corpus.py` and writes every intermediate string, the segments and the ids to
-tests/data/parity25/frontend.json, which tests/test_parity25_frontend.py compares ours against.
+tests/data/parity25/frontend.json, which tests/test_parity25_frontend.py compares ours against. It also
+runs the number corpus (tools/frontend/numbers_corpus.py, with tools/frontend/oracle_numbers.py) through
+the original 2.5 chain (tests/data/parity25/numbers25.json) and the original IndexTTS-2 TextTokenizer on
+the v2 parity bpe.model (tests/data/frontend/numbers2.json, read by tests/test_frontend_numbers.py).
 
-    python3 tools/parity25/run_frontend_oracle.py            # defaults below; about a minute
+    python3 tools/parity25/run_frontend_oracle.py            # defaults below; a few minutes
 
 The driver (any Python 3.11, stdlib only) makes a separate virtual environment under /tmp with only what
-the original front end needs from PyPI (tiktoken, fugashi, unidic-lite; no NeMo, no torch), and runs
+the original front end needs from PyPI (PACKAGES: tiktoken, fugashi, unidic-lite, sentencepiece, and
+WeTextProcessing + pynini at the versions of the original's uv.lock; no NeMo, no torch), and runs
 itself inside it as the worker twice, under two PYTHONHASHSEED values: the outputs must agree (the
 original collects pinyin and names through sets, whose order follows string hashing).
 
@@ -24,13 +28,14 @@ What the worker runs verbatim from the original:
 - from gpt/model_v2.py prepare_gpt_inputs, the four statements that strip start/stop ids and re-add them.
 
 What is stubbed (STUBS below), and why it cannot change the outputs:
-- `tn.chinese.normalizer` / `tn.english.normalizer` (WeTextProcessing): identity `normalize`. This is the
-  one real difference from the official environment: numbers and symbols are not read out. Everything
-  the original does around the grammar still runs.
+WeTextProcessing is the real one (`TextNormalizer.load()` as on Linux). Its Chinese grammar is built by
+`load()` into `indextts/utils/tagger_cache` of the extracted tree (143 s, 6.5 GB peak memory); the folder
+is kept in `--tagger-cache` (default: inside the venv) and copied in before each run, so only the first
+run builds it, as a second run of the original would find it.
 - `whisper.tokenizer.Tokenizer`: stores encoding/num_languages/language/task; `encode(text, **kw)` is
   `encoding.encode(text, **kw)` and `decode` likewise, exactly what openai-whisper's dataclass does.
-- `torch`, `torchaudio`, `sentencepiece`, `transformers`: imported at module level by common.py /
-  front.py / tokenizer.py but unused by the front end (audio helpers, SentencePiece, Qwen tokenizer);
+- `torch`, `torchaudio`, `transformers`: imported at module level by common.py / front.py /
+  tokenizer.py but unused by the front end (audio helpers, Qwen tokenizer);
   the stubs only make the imports succeed. In the executed infer/prepare statements, `torch.IntTensor`,
   `.unsqueeze(0)`, `.to(device)`, `F.pad` and the masking are list operations on the same Python ints
   (the int32 range is asserted), so the ids are unchanged.
@@ -47,6 +52,7 @@ import hashlib
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -59,15 +65,21 @@ DEFAULT_MIRROR = Path("/work/.mirror/index-tts+index-tts/repo")
 DEFAULT_TIKTOKEN = REPO / "tests/data/parity25/multilingual_zh_ja_yue_char_del.tiktoken"
 DEFAULT_OUT = REPO / "tests/data/parity25/frontend.json"
 DEFAULT_VENV = Path("/tmp/fasttts-oracle25-venv")
-PACKAGES = ("tiktoken==0.14.0", "fugashi==1.5.2", "unidic-lite==1.0.8")
+PACKAGES = (
+    "tiktoken==0.14.0", "fugashi==1.5.2", "unidic-lite==1.0.8", "sentencepiece==0.2.3",
+    "WeTextProcessing==1.0.4.1", "pynini==2.1.6",
+)  # fmt: skip
+FRONTEND = REPO / "tools/frontend"
+DEFAULT_BPE = REPO / "tests/data/frontend/bpe.model"
+DEFAULT_OUT25_NUMBERS = REPO / "tests/data/parity25/numbers25.json"
+DEFAULT_OUT2_NUMBERS = REPO / "tests/data/frontend/numbers2.json"
 HASH_SEEDS = ("0", "987654321")
 START_TEXT_TOKEN, STOP_TEXT_TOKEN = 0, 1  # UnifiedVoice's defaults (the 2.5 config values are unknown)
 
 STUBS = {
-    "tn.chinese.normalizer, tn.english.normalizer": "WeTextProcessing: Normalizer(**kw).normalize = identity",
     "whisper.tokenizer": "Tokenizer(encoding, num_languages, language, task); encode/decode = the encoding's",
     "torch, torchaudio": "imports of common.py/tokenizer.py; IntTensor, LongTensor, F.pad: on lists",
-    "sentencepiece, transformers": "module-level imports (v2 SentencePiece, Qwen tokenizer), unused",
+    "transformers": "module-level import (Qwen tokenizer), unused",
 }
 
 # (first line of the statement as ast.unparse prints it, the step recorded after it or None)
@@ -164,23 +176,11 @@ def _install_stubs() -> types.SimpleNamespace:
         def decode(self, token_ids: list[int], **kwargs: object) -> str:
             return self.encoding.decode(token_ids, **kwargs)  # type: ignore[attr-defined]
 
-    class IdentityNormalizer:
-        def __init__(self, *a: object, **k: object) -> None:
-            pass
-
-        def normalize(self, text: str) -> str:
-            return text
-
     torch = module("torch", Tensor=type("Tensor", (), {}), IntTensor=_int_tensor, LongTensor=_int_tensor)
     module("torchaudio")
-    module("sentencepiece", SentencePieceProcessor=Unused)
     module("transformers", AutoTokenizer=Unused)
     module("whisper")
     module("whisper.tokenizer", Tokenizer=Tokenizer)
-    module("tn")
-    for lang in ("chinese", "english"):
-        module(f"tn.{lang}")
-        module(f"tn.{lang}.normalizer", Normalizer=IdentityNormalizer)
     return types.SimpleNamespace(torch=torch, F=types.SimpleNamespace(pad=_pad))
 
 
@@ -241,20 +241,22 @@ def _load_original(orig: Path) -> types.SimpleNamespace:
     return types.SimpleNamespace(ns=module_ns, steps=steps, prepare=_compile(prep, model))
 
 
-def worker(orig: Path, tiktoken_file: Path, result: Path) -> None:
+def worker(orig: Path, tiktoken_file: Path, bpe_file: Path, result: Path) -> None:
     import importlib.metadata
     import importlib.util
     import re
 
     assert importlib.util.find_spec("nemo_text_processing") is None, "NeMo must not be installed"
     assert importlib.util.find_spec("torch") is None, "torch must not be installed (it is stubbed)"
+    assert importlib.util.find_spec("tn") is not None, "WeTextProcessing must be installed (PACKAGES)"
     stubs = _install_stubs()
     sys.path.insert(0, str(orig))
-    from indextts.utils import front, ja_g2p, nemo_tn
+    from indextts.utils import common, front, ja_g2p, nemo_tn
     from indextts.utils import tokenizer as tok
 
-    sys.path.insert(0, str(HERE))
-    from frontend_corpus import cases
+    sys.path[:0] = [str(HERE), str(FRONTEND)]
+    from frontend_corpus import _case, cases
+    from oracle_numbers import v2_cases, v25_cases
 
     original = _load_original(orig)
     text_process = front.TextNormalizer(enable_glossary=True)
@@ -262,8 +264,7 @@ def worker(orig: Path, tiktoken_file: Path, result: Path) -> None:
     ja = ja_g2p.JapaneseG2PProcessor(g2p_ratio=0)
     tokenizer = tok.get_tokenizer(multilingual=True, model_dir=str(tiktoken_file.parent))
 
-    out: dict = {}
-    for case in cases():
+    def run_case(case: dict) -> dict:
         fe = original.ns["OriginalFrontEnd"]()
         capacity = case["max_text_tokens"] + 2
         emb = types.SimpleNamespace(num_embeddings=capacity)
@@ -294,9 +295,16 @@ def worker(orig: Path, tiktoken_file: Path, result: Path) -> None:
             exec(original.prepare, prep)
             gpt_ids.append(prep["text_input"].data)
         expected["gpt_ids"] = gpt_ids
-        out[case["id"]] = expected
+        return expected
 
-    versions = {p: importlib.metadata.version(p) for p in ("tiktoken", "fugashi", "unidic-lite", "regex")}
+    out = {case["id"]: run_case(case) for case in cases()}
+    numbers25 = v25_cases(_case, run_case)
+    text_process.term_glossary = {}  # IndexTTS-2 without a glossary.yaml
+    tokenizer2 = front.TextTokenizer(str(bpe_file), text_process)
+    numbers2 = v2_cases(tokenizer2, text_process, common.tokenize_by_CJK_char)
+
+    packages = ("tiktoken", "fugashi", "unidic-lite", "regex", "sentencepiece", "WeTextProcessing", "pynini")
+    versions = {p: importlib.metadata.version(p) for p in packages}
     dictionary = ja.tagger.dictionary_info[0]
     result.write_text(
         json.dumps(
@@ -305,6 +313,8 @@ def worker(orig: Path, tiktoken_file: Path, result: Path) -> None:
                 "versions": versions,
                 "mecab_dictionary": {"version": dictionary["version"], "size": dictionary["size"]},
                 "expected": out,
+                "numbers25": numbers25,
+                "numbers2": numbers2,
             },
             ensure_ascii=False,
         ),
@@ -355,20 +365,33 @@ def _write(out: Path, doc: dict) -> None:
     out.write_text(head + ',\n "cases": [\n' + ",\n".join(lines) + "\n ]\n}\n", encoding="utf-8")
 
 
+def _tagger_cache(tree: Path, keep: Path, restore: bool) -> None:
+    """Copy the original's Chinese FST cache into the extracted tree, or back out of it."""
+    inside = tree / "indextts/utils/tagger_cache"
+    src, dst = (keep, inside) if restore else (inside, keep)
+    if src.is_dir() and not (dst / "zh_tn_verbalizer.fst").is_file():
+        shutil.copytree(src, dst, dirs_exist_ok=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mirror", type=Path, default=DEFAULT_MIRROR, help="bare git repo of index-tts")
     ap.add_argument("--tiktoken", type=Path, default=DEFAULT_TIKTOKEN)
+    ap.add_argument("--bpe", type=Path, default=DEFAULT_BPE, help="SentencePiece model for IndexTTS-2")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--out-numbers25", type=Path, default=DEFAULT_OUT25_NUMBERS)
+    ap.add_argument("--out-numbers2", type=Path, default=DEFAULT_OUT2_NUMBERS)
     ap.add_argument("--venv", type=Path, default=DEFAULT_VENV)
+    ap.add_argument("--tagger-cache", type=Path, help="built Chinese FSTs (default: in --venv)")
     ap.add_argument("--worker", nargs=2, metavar=("ORIG", "RESULT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        worker(Path(args.worker[0]), args.tiktoken.resolve(), Path(args.worker[1]))
+        worker(Path(args.worker[0]), args.tiktoken.resolve(), args.bpe.resolve(), Path(args.worker[1]))
         return
 
     commit = _run(["git", "-C", str(args.mirror), "rev-parse", "HEAD"]).strip()
     python = _ensure_venv(args.venv)
+    keep = args.tagger_cache or args.venv / "tagger_cache"
     sys.path.insert(0, str(HERE))
     from frontend_corpus import cases
 
@@ -376,30 +399,33 @@ def main() -> None:
         missing = _extract(args.mirror, commit, Path(tmp))
         runs = []
         for seed in HASH_SEEDS:
+            _tagger_cache(Path(tmp), keep, restore=True)
             result = Path(tmp) / f"result-{seed}.json"
             env = {**os.environ, "PYTHONHASHSEED": seed}
-            _run(
-                [str(python), __file__, "--tiktoken", str(args.tiktoken), "--worker", tmp, str(result)],
-                env=env,
-            )
+            cmd = [str(python), __file__, "--tiktoken", str(args.tiktoken), "--bpe", str(args.bpe)]
+            _run([*cmd, "--worker", tmp, str(result)], env=env)
+            _tagger_cache(Path(tmp), keep, restore=False)
             runs.append(json.loads(result.read_text(encoding="utf-8")))
     differ = [k for k in runs[0]["expected"] if runs[0]["expected"][k] != runs[1]["expected"][k]]
+    for key in ("numbers25", "numbers2"):
+        differ += [c["id"] for c, d in zip(runs[0][key], runs[1][key], strict=True) if c != d]
     if differ:
         sys.exit(f"hash-seed dependent cases (drop or change them): {differ}")
 
     tiktoken_bytes = args.tiktoken.read_bytes()
+    made_by = {
+        "script": "tools/parity25/run_frontend_oracle.py (corpus: tools/parity25/frontend_corpus.py)",
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "original": {"repo": "index-tts/index-tts", "commit": commit, "unreadable_files": missing},
+        "python": runs[0]["python"],
+        "packages": runs[0]["versions"],
+        "mecab_dictionary": runs[0]["mecab_dictionary"],
+        "hash_seeds_agreeing": list(HASH_SEEDS),
+        "stubs": STUBS,
+    }
     doc = {
         "format": "fasttts parity25 frontend 1",
-        "made_by": {
-            "script": "tools/parity25/run_frontend_oracle.py (corpus: tools/parity25/frontend_corpus.py)",
-            "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "original": {"repo": "index-tts/index-tts", "commit": commit, "unreadable_files": missing},
-            "python": runs[0]["python"],
-            "packages": runs[0]["versions"],
-            "mecab_dictionary": runs[0]["mecab_dictionary"],
-            "hash_seeds_agreeing": list(HASH_SEEDS),
-            "stubs": STUBS,
-        },
+        "made_by": made_by,
         "tokenizer": {
             "file": args.tiktoken.name,
             "sha256": hashlib.sha256(tiktoken_bytes).hexdigest(),
@@ -409,7 +435,19 @@ def main() -> None:
         "cases": [{**c, "expected": runs[0]["expected"][c["id"]]} for c in cases()],
     }
     _write(args.out, doc)
-    print(f"{args.out}: {len(doc['cases'])} cases from index-tts {commit[:7]}")
+    corpus = "corpus: tools/frontend/numbers_corpus.py, oracle_numbers.py"
+    numbers_by = {**made_by, "script": f"tools/parity25/run_frontend_oracle.py ({corpus})"}
+    _write(args.out_numbers25, {**doc, "made_by": numbers_by, "cases": runs[0]["numbers25"]})
+    bpe_bytes = args.bpe.read_bytes()
+    doc2 = {
+        "format": "fasttts frontend2 numbers 1",
+        "made_by": numbers_by,
+        "tokenizer": {"file": args.bpe.name, "sha256": hashlib.sha256(bpe_bytes).hexdigest()},
+        "cases": runs[0]["numbers2"],
+    }
+    _write(args.out_numbers2, doc2)
+    for out, d in ((args.out, doc), (args.out_numbers25, runs[0]["numbers25"]), (args.out_numbers2, doc2)):
+        print(f"{out}: {len(d['cases'] if isinstance(d, dict) else d)} cases from index-tts {commit[:7]}")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,8 @@
-"""IndexTTS-2.5 normalisation: the original TextNormalizer.normalize step for step around a grammar.
+"""The original's TextNormalizer.normalize (indextts/utils/front.py), step for step, around its grammar.
 
-The original runs WeTextProcessing (pynini grammars, not available here) between its own Python pre- and
-post-processing. This module reproduces that Python part exactly and takes the grammar step as a
-parameter: `VERBALIZERS` (our small number reader, the default, as in IndexTTS-2) or `IDENTITY`, which is
-what the weight-free oracle ran the original with, so the parity corpus checks every step but the grammar.
+One implementation for IndexTTS-2 and the zh, zhen and en routes of 2.5 (the original shares the class).
+The grammar step is WeTextProcessing with the original's options (`text_grammar.WETEXT`, the default);
+`text_grammar.IDENTITY` skips it, for tests of the steps around it.
 
 The order on the Chinese route (CJK, no Latin letter, an e-mail or tone pinyin in the text): annotations
 to placeholders, `X's` -> `X is`, glossary, strip the end, hyphens in technical terms to `<H>`, tone
@@ -21,49 +20,90 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
-from fasttts_cli.indextts2.text import _ANNOTATION as ANNOTATION
-from fasttts_cli.indextts2.text import _CHAR_MAP as CHAR_MAP
-from fasttts_cli.indextts2.text import _CHAR_RE as CHAR_RE
-from fasttts_cli.indextts2.text import (
-    _CONTRACTION,
-    _PINYIN_TONE,
-    _TECH_TERM,
-    _ZH_CHAR_MAP,
-    _ZH_CHAR_RE,
-    _correct_pinyin,
-    _protect,
-    _restore,
-    use_chinese,
+from fasttts_cli.errors import MissingDependencyError
+from fasttts_cli.indextts2.text_grammar import WETEXT, Grammar
+
+# --------------------------------------------------------------------------------- original's constants
+
+_HAS_HAN = re.compile(r"[\u4e00-\u9fff]")
+_HAS_LATIN = re.compile(r"[a-zA-Z]")
+_EMAIL = re.compile(r"^[a-zA-Z0-9]+@[a-zA-Z0-9]+\.[a-zA-Z]+$")
+PINYIN_TONE = re.compile(
+    r"(?<![a-z])((?:[bpmfdtnlgkhjqxzcsryw]|[zcs]h)?(?:[aeiouüv]|[ae]i|u[aio]|ao|ou|i[aue]|[uüv]e|[uvü]ang?"
+    r"|uai|[aeiuv]n|[aeio]ng|ia[no]|i[ao]ng)|ng|er)([1-5])",
+    re.IGNORECASE,
 )
-from fasttts_cli.indextts2.text_numbers import verbalize_chinese, verbalize_english
-
+_CONTRACTION = re.compile(r"(what|where|who|which|how|t?here|it|s?he|that|this)'s", re.IGNORECASE)
+_TECH_TERM = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:-[A-Za-z0-9]+)+")
+ANNOTATION = re.compile(r"<([^|>\n]+)\|([^>\n]+)>")
 _NAME = re.compile(r"[\u4e00-\u9fff]+(?:[-·—][\u4e00-\u9fff]+){1,2}", re.IGNORECASE)
 _TECH_RESTORE = re.compile(r"\s*<H>\s*")
+
+# The original's post-map; order matters (alternation tries the keys in this order at each position).
+CHAR_MAP: dict[str, str] = {
+    "：": ",", "；": ",", ";": ",", "，": ",", "。": ".", "！": "!", "？": "?", "\n": " ", "·": "-",
+    "、": ",", "...": "…", ",,,": "…", "，，，": "…", "……": "…", "“": "'", "”": "'", '"': "'", "‘": "'",
+    "’": "'", "（": "'", "）": "'", "(": "'", ")": "'", "《": "'", "》": "'", "【": "'", "】": "'",
+    "[": "'", "]": "'", "—": "-", "～": "-", "~": "-", "「": "'", "」": "'", ":": ",",
+}  # fmt: skip
+_ZH_CHAR_MAP: dict[str, str] = {"$": ".", **CHAR_MAP}
+
+
+def _alternation(keys: dict[str, str]) -> re.Pattern[str]:
+    return re.compile("|".join(re.escape(k) for k in keys))
+
+
+_CHAR_RE, _ZH_CHAR_RE = _alternation(CHAR_MAP), _alternation(_ZH_CHAR_MAP)
 
 Glossary = Mapping[str, "str | Mapping[str, str]"]
 
 
-@dataclass(frozen=True)
-class Grammar:
-    """The WeTextProcessing step of each route: text -> text with numbers and symbols read out."""
+def use_chinese(text: str) -> bool:
+    """The original's route choice: CJK ideographs, or no Latin letter, or an e-mail, or tone pinyin."""
+    if _HAS_HAN.search(text) or not _HAS_LATIN.search(text) or _EMAIL.match(text):
+        return True
+    return bool(PINYIN_TONE.search(text))
 
-    zh: Callable[[str], str]
-    en: Callable[[str], str]
+
+def _protect(text: str, pattern: re.Pattern[str], tag: str) -> tuple[str, dict[str, str]]:
+    """Replace matches by letter-only placeholders the grammar cannot touch (`{tag}a{tag}`, ...)."""
+    saved: dict[str, str] = {}
+
+    def sub(m: re.Match[str]) -> str:
+        n, key = len(saved), ""
+        while True:
+            key = chr(ord("a") + n % 26) + key
+            n = n // 26 - 1
+            if n < 0:
+                break
+        key = f"{tag}{key}{tag}"
+        saved[key] = m.group(0)
+        return key
+
+    return pattern.sub(sub, text), saved
+
+
+def _restore(text: str, saved: dict[str, str]) -> str:
+    for key, value in saved.items():
+        text = text.replace(key, value)
+    return text
+
+
+def _correct_pinyin(p: str) -> str:
+    """j/q/x + u/ü -> v, uppercased (the original's restore step)."""
+    if p[0] not in "jqxJQX":
+        return p
+    return re.sub(r"([jqx])[uü](n|e|an)*(\d)", r"\g<1>v\g<2>\g<3>", p, flags=re.IGNORECASE).upper()
 
 
 def _same(text: str) -> str:
     return text
 
 
-VERBALIZERS = Grammar(verbalize_chinese, verbalize_english)
-IDENTITY = Grammar(_same, _same)
-
-
 def char_map(text: str) -> str:
     """The punctuation / quote / bracket map (alternation in key order: `，，，` maps as three `，`)."""
-    return CHAR_RE.sub(lambda m: CHAR_MAP[m.group()], text)
+    return _CHAR_RE.sub(lambda m: CHAR_MAP[m.group()], text)
 
 
 def _apply_glossary(text: str, glossary: Glossary, route: str) -> str:
@@ -100,7 +140,7 @@ def _restore_numbered(text: str, saved: list[str], tag: str, fix: Callable[[str]
     return text
 
 
-def normalize(text: str, grammar: Grammar = VERBALIZERS, glossary: Glossary | None = None) -> str:
+def normalize(text: str, grammar: Grammar = WETEXT, glossary: Glossary | None = None) -> str:
     """The original's TextNormalizer.normalize (zh, zhen and en) with `grammar` as its WeText step."""
     text, annotations = _protect(text, ANNOTATION, "PRONPLACEHOLDER")
     if use_chinese(text):
@@ -108,11 +148,13 @@ def normalize(text: str, grammar: Grammar = VERBALIZERS, glossary: Glossary | No
         if glossary:
             text = _apply_glossary(text, glossary, "zh")
         text, tech = _save_tech_terms(text.rstrip())
-        found = ["".join(groups) for groups in _PINYIN_TONE.findall(text)]
+        found = ["".join(groups) for groups in PINYIN_TONE.findall(text)]
         text, pinyin = _save_numbered(text, found, "pinyin")
         text, names = _save_numbered(text, _NAME.findall(text), "n")
         try:
             text = grammar.zh(text)
+        except MissingDependencyError:  # the original fails at load(), before any line
+            raise
         except Exception:  # the original reads a failing grammar as empty text
             text = ""
         text = _restore_numbered(text, names, "n")
@@ -126,6 +168,8 @@ def normalize(text: str, grammar: Grammar = VERBALIZERS, glossary: Glossary | No
                 text = _apply_glossary(text, glossary, "en")
             saved, tech = _save_tech_terms(text)
             text = _restore_tech_terms(grammar.en(saved), tech)
+        except MissingDependencyError:
+            raise
         except Exception:
             pass
         text = char_map(text)
