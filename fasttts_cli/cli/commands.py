@@ -369,7 +369,7 @@ def main(argv: list[str] | None = None) -> None:
         with contextlib.suppress(ValueError):  # ValueError: not the main thread
             signal.signal(signal.SIGTERM, _sigterm)
     cmd = _command_of(args)
-    INVOKED.set(args)
+    invoked = INVOKED.set(args)
     try:
         rv = app(args=args, prog_name="fasttts", standalone_mode=False)
         code = rv if isinstance(rv, int) else 0
@@ -384,6 +384,8 @@ def main(argv: list[str] | None = None) -> None:
         code = fail(json_out, None, cmd, msg, hint, int(ExitCode.USAGE), "usage", NORMAL)
     except _EXIT as e:
         code = int(getattr(e, "exit_code", 0) or 0)
+    finally:
+        INVOKED.reset(invoked)
     sys.exit(code)
 
 

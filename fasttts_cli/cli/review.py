@@ -1,4 +1,4 @@
-"""`fasttts review WORK_DIR`: write a dub's review page again from its work folder (nothing is synthesized)."""
+"""`fasttts review WORK_DIR`: a dub's review page written again from its work folder (no synthesis)."""
 
 from __future__ import annotations
 

@@ -140,18 +140,14 @@ _COPIED = (
 
 
 def line_warnings(index: int, warnings: Sequence[str]) -> list[str]:
-    """The run's warnings that name this line ("line 7", "lines 3, 7" or a range "6-9" after "lines")."""
+    """The run's warnings that name this line: "line 7: ..." or "lines 3-5, 9 ..." (format_ranges)."""
     out = []
     for w in warnings:
-        for m in re.finditer(r"\blines?\b([\s\d,\-–and]+)", w):
-            nums = m.group(1)
-            for a, b in re.findall(r"(\d+)(?:\s*[-–]\s*(\d+))?", nums):
-                if int(a) <= index <= int(b or a):
-                    out.append(w)
-                    break
-            else:
-                continue
-            break
+        for m in re.finditer(r"\blines?\s+(\d+(?:\s*-\s*\d+)?(?:,\s*\d+(?:\s*-\s*\d+)?)*)", w):
+            spans = re.findall(r"(\d+)(?:\s*-\s*(\d+))?", m.group(1))
+            if any(int(a) <= index <= int(b or a) for a, b in spans):
+                out.append(w)
+                break
     return out
 
 
