@@ -63,9 +63,9 @@ def test_line_warnings_name_the_line():
 
 def test_page_line_carries_take_and_takes_when_the_report_has_them():
     base = {**PLACED, "index": 3, "text": "hi", "seed": 5}
-    assert page_line(base, [], None, None, "the reference")["takes"] == [1]
-    got = page_line({**base, "take": 2, "takes": [1, 2]}, [], "x.wav", -20.0, "the reference")
-    assert (got["take"], got["takes"], got["audio"], got["lufs"]) == (2, [1, 2], "x.wav", -20.0)
+    assert page_line(base, [], None, None)["takes"] == [1]
+    got = page_line({**base, "take": 2, "takes": [1, 2]}, [], "ab12", -20.0)
+    assert (got["take"], got["takes"], got["clip"], got["lufs"]) == (2, [1, 2], "ab12", -20.0)
 
 
 def test_envelope_peaks_one_byte_per_hop_on_a_square_root_scale(tmp_path: Path):

@@ -154,23 +154,22 @@ def line_warnings(index: int, warnings: Sequence[str]) -> list[str]:
 def page_line(
     ln: Mapping[str, Any],
     warnings: Sequence[str],
-    audio: str | None,
+    clip: str | None,
     lufs: float | None,
-    emotion_default: str,
 ) -> dict[str, Any]:
-    """One line as the page's script reads it: the report's values, its status, take, files."""
+    """One line as the page's script reads it: the report's values, its status, take, and `clip`: the name
+    of its WAV in the page's clips folder (the render key; None: no audio)."""
     out = {k: ln.get(k) for k in _COPIED if ln.get(k) is not None}
     out["status"] = line_status(ln)
     out["take"] = int(ln.get("take") or 1)
     out["takes"] = [int(t) for t in (ln.get("takes") or [out["take"]])]
+    # No `emotion`: the page shows the run's default (emotion_default), kept once, not per line.
     if ln.get("emotion_reference"):
         out["emotion"] = f"its own cue: {ln['emotion_reference']}"
     elif ln.get("emotion_fallback"):
         out["emotion"] = "the reference (the cue had too little speech)"
-    else:
-        out["emotion"] = emotion_default
-    if audio is not None:
-        out["audio"] = audio
+    if clip is not None:
+        out["clip"] = clip
     if lufs is not None:
         out["lufs"] = round(lufs, 1)
     own = line_warnings(int(ln["index"]), warnings)
@@ -190,3 +189,10 @@ def emotion_default(options: Mapping[str, Any]) -> str:
             vec = ",".join(f"{v:g}" for v in emo["vector"])
             return f"--emotion-vector {vec} (alpha {alpha})"
     return "the reference"
+
+
+def pack(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Rows of dicts as one key list and value lists (null where a row lacks the key): a film's 1,500
+    lines repeat two dozen key names each, a third of the page's size. The page's script unpacks it."""
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    return {"keys": keys, "rows": [[r.get(k) for k in keys] for r in rows]}

@@ -22,6 +22,7 @@ from fasttts_cli.app.review.data import (
     base_command,
     emotion_default,
     href,
+    pack,
     page_line,
     resolve_recorded,
 )
@@ -88,13 +89,13 @@ def write_review(
     report_lines = report.get("lines") or []
     loudness = line_clips(work_dir, report_lines, warn)
     warnings = report.get("warnings") or []
-    emo = emotion_default(options)
     lines = []
     for ln in report_lines:
         key = ln.get("render_key")
         has_clip = key in loudness
-        audio = href(work_dir / CLIPS / f"{key}.wav", page_dir) if has_clip else None
-        lines.append(page_line(ln, warnings, audio, loudness.get(key) if has_clip else None, emo))
+        lines.append(
+            page_line(ln, warnings, key if has_clip else None, loudness.get(key) if has_clip else None)
+        )
 
     ends = [ln["end"] for ln in lines if ln.get("end") is not None]
     ends += [ln["slot"][1] for ln in lines if ln.get("slot")]
@@ -113,13 +114,15 @@ def write_review(
             "source": href(source, page_dir) if source is not None else None,
             "mix": href(work_dir / "dub.wav", page_dir) if (work_dir / "dub.wav").exists() else None,
             "dubbed": href(dubbed_path, page_dir) if dubbed_path is not None else None,
+            "clips": href(work_dir / CLIPS, page_dir) + "/",  # + a line's `clip` + ".wav"
         },
+        "emotion_default": emotion_default(options),
         "envelope": envelope.to_json() if envelope is not None else None,
         "command": base_command(command["argv"], cwd) if command.get("argv") else None,
         "statuses": [list(s) for s in STATUSES],
         "summary": report.get("summary") or {},
         "loudness_target": options.get("loudness"),
-        "lines": lines,
+        "lines": pack(lines),
     }
     html = render_html(data)
     atomic_write_text(page, html)

@@ -5,7 +5,12 @@
   "use strict";
   const D = JSON.parse(document.getElementById("review-data").textContent);
   const $ = (id) => document.getElementById(id);
-  const lines = D.lines;
+  // The lines come packed (one key list, value lists; page.py's `pack`); null means "not in the report".
+  const lines = D.lines.rows.map((row) => {
+    const l = {};
+    D.lines.keys.forEach((k, i) => { if (row[i] !== null) l[k] = row[i]; });
+    return l;
+  });
   const byIndex = new Map(lines.map((l) => [l.index, l]));
   const label = new Map(D.statuses.map((s) => [s[0], s[1]]));
   const EPS = 1e-3;
@@ -215,7 +220,7 @@
     det.appendChild(h);
     det.appendChild(el("div", { class: "text" }, l.text));
     const ps = el("div", { class: "players" });
-    const [w1] = player("play-line", "dubbed line (take " + l.take + ")", l.audio || null);
+    const [w1] = player("play-line", "dubbed line (take " + l.take + ")", l.clip ? D.media.clips + l.clip + ".wav" : null);
     const [w2] = player("play-original", "original cue", D.media.source && l.slot ? mediaFragment(D.media.source, l.slot[0], l.slot[1]) : null);
     const [w3] = player("play-mix", "mix at this point", D.media.mix ? mediaFragment(D.media.mix, t0, t1) : null);
     ps.append(w1, w2, w3);
@@ -232,7 +237,7 @@
       ["shift", num(l.shift, 3) + " s"], ["overflow", num(l.overflow, 3) + " s"],
       ["loudness", loud], ["retries", l.retries],
       ["take", l.take + " of " + l.takes.join(", ")], ["seed", l.seed],
-      ["reference", l.reference || ""], ["emotion", l.emotion || ""],
+      ["reference", l.reference || ""], ["emotion", l.emotion || D.emotion_default],
       ["source", l.source || ""], ["cached", l.cached ? "yes" : "no"],
     ];
     const dl = el("dl");
@@ -278,6 +283,13 @@
     if (k !== "sel") th.addEventListener("click", () => { sortDir = sortKey === k ? -sortDir : 1; sortKey = k; render(); });
     $("head").appendChild(th);
   }
+  const built = new Map(); // line index -> its row, made once: filtering and sorting only reorder
+  function rowFor(l) {
+    let tr = built.get(l.index);
+    if (!tr) { tr = cells(l); built.set(l.index, tr); }
+    tr.classList.toggle("sel", l.index === selected);
+    return tr;
+  }
   function cells(l) {
     const tr = el("tr", { "data-index": l.index });
     const td0 = el("td");
@@ -294,7 +306,6 @@
     ];
     for (const v of vals) tr.appendChild(v === null ? st : el("td", v[1] ? { class: v[1] } : {}, v[0]));
     tr.addEventListener("click", () => select(l.index, false));
-    if (l.index === selected) tr.classList.add("sel");
     return tr;
   }
   function shown() {
@@ -308,11 +319,9 @@
       const x = get(a), y = get(b);
       return (x < y ? -1 : x > y ? 1 : a.index - b.index) * sortDir;
     });
-    rowsEl.textContent = "";
     rowOf.clear();
-    const frag = document.createDocumentFragment();
-    for (const l of rows) { const tr = cells(l); rowOf.set(l.index, tr); frag.appendChild(tr); }
-    rowsEl.appendChild(frag);
+    const trs = rows.map((l) => { const tr = rowFor(l); rowOf.set(l.index, tr); return tr; });
+    rowsEl.replaceChildren(...trs);
     for (const th of $("head").children) {
       th.classList.toggle("sorted-asc", th.dataset.key === sortKey && sortDir > 0);
       th.classList.toggle("sorted-desc", th.dataset.key === sortKey && sortDir < 0);
@@ -326,8 +335,8 @@
   function toggle(index, on) {
     if (on) chosen.add(index); else chosen.delete(index);
     blocks.get(index).classList.toggle("chosen", on);
-    const box = rowsEl.querySelector('input[data-index="' + index + '"]');
-    if (box) box.checked = on;
+    const tr = built.get(index); // its row, shown or filtered out
+    if (tr) tr.querySelector("input").checked = on;
     compose();
   }
   function compose() {
