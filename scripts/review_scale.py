@@ -149,9 +149,8 @@ def main() -> None:
     for label in ("first (envelope decoded, line WAVs written)", "again (both reused)"):
         t = time.perf_counter()
         page = review_work_dir(work, a.out / "film.review.html", Reporter(verbosity=QUIET))
-        print(
-            f"review page {label}: {time.perf_counter() - t:.2f} s, {page.size} bytes ({page.size / 1024:.0f} KiB)"
-        )
+        took = time.perf_counter() - t
+        print(f"review page {label}: {took:.2f} s, {page.size} bytes ({page.size / 1024:.0f} KiB)")
 
     from playwright.sync_api import sync_playwright
 
