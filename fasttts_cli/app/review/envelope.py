@@ -62,7 +62,7 @@ def source_envelope(source: Path, work_dir: Path) -> Envelope:
     parts: list[bytes] = []
     with AudioReader(source, ENVELOPE_SR) as reader:
         while True:
-            block = reader.read(hop * 2000)  # whole hops, so no peak straddles two blocks
+            block = reader.read(hop * 200)  # 10 s, whole hops: no peak straddles two blocks
             if block.shape[1] == 0:
                 break
             parts.append(peak_bytes(block, hop))
