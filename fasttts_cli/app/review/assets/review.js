@@ -57,8 +57,10 @@
   }
 
   // ---- video ----------------------------------------------------------------------------------
+  // The source's frames; the dubbed file's (the same picture) when the source is no longer where it was.
   const video = $("video");
-  if (D.media.video) video.src = D.media.video;
+  const picture = D.media.video || D.media.dubbed;
+  if (picture) video.src = picture;
   else { video.style.display = "none"; $("nopicture").style.display = "flex"; }
 
   // ---- timeline -------------------------------------------------------------------------------
@@ -178,8 +180,8 @@
     head = Math.max(0, Math.min(D.duration, t));
     playhead.style.left = head * pps + "px";
     $("playhead-label").textContent = "playhead " + fmtTime(head);
-    if (D.media.video && video.readyState >= 1) video.currentTime = head;
-    else if (D.media.video) video.addEventListener("loadedmetadata", () => { video.currentTime = head; }, { once: true });
+    if (picture && video.readyState >= 1) video.currentTime = head;
+    else if (picture) video.addEventListener("loadedmetadata", () => { video.currentTime = head; }, { once: true });
   }
   function reveal(t) {
     const x = t * pps;
