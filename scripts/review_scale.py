@@ -51,7 +51,7 @@ def build(out: Path, n_lines: int, seconds: float, seed: int = 0) -> Path:
     lines = []
     for k, s in enumerate(slot_starts, 1):
         slot_len = float(rng.uniform(1.2, 4.0))
-        e = min(s + slot_len, slot_starts[k] - 0.1) if k < n_lines else s + slot_len
+        e = max(s + 0.8, min(s + slot_len, slot_starts[k] - 0.1)) if k < n_lines else s + slot_len
         natural = (e - s) * float(rng.uniform(0.85, 1.3))
         render = min(1.25, max(1.0, natural / (e - s)))
         stretch = min(1.25, max(1.0, natural / render / (e - s)))

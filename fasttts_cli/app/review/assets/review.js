@@ -208,7 +208,14 @@
     blocks.get(index).classList.add("sel");
     for (const tr of rowsEl.querySelectorAll("tr.sel")) tr.classList.remove("sel");
     const row = rowOf.get(index);
-    if (row) { row.classList.add("sel"); if (fromTimeline) row.scrollIntoView({ block: "nearest" }); }
+    if (row) {
+      row.classList.add("sel");
+      // Scroll the table's own box only: the timeline the click came from stays in view.
+      const wrap = $("table-wrap");
+      if (fromTimeline && (row.offsetTop < wrap.scrollTop + 24 || row.offsetTop > wrap.scrollTop + wrap.clientHeight - 24)) {
+        wrap.scrollTop = row.offsetTop - wrap.clientHeight / 3;
+      }
+    }
     const t0 = l.start !== undefined ? l.start : l.slot ? l.slot[0] : 0;
     const t1 = l.end !== undefined ? l.end : l.slot ? l.slot[1] : t0;
     if (!fromTimeline) reveal(t0);
@@ -299,7 +306,7 @@
     box.checked = chosen.has(l.index);
     box.addEventListener("click", (ev) => { ev.stopPropagation(); toggle(l.index, box.checked); });
     td0.appendChild(box); tr.appendChild(td0);
-    const st = el("td"); st.appendChild(el("i", { class: "sw st-" + l.status })); st.appendChild(document.createTextNode(label.get(l.status)));
+    const st = el("td", { class: "status" }); st.appendChild(el("i", { class: "sw st-" + l.status })); st.appendChild(document.createTextNode(label.get(l.status)));
     const vals = [
       [l.index, "num"], [l.speaker || "", ""], null, [fmtTime(l.start !== undefined ? l.start : l.slot ? l.slot[0] : null), "num"],
       [l.slot ? num(l.slot[1] - l.slot[0], 2) : "", "num"], [num(l.natural, 2), "num"], [num(l.duration, 2), "num"],
