@@ -127,3 +127,22 @@ def test_review_of_a_folder_that_is_not_a_work_folder_is_exit_2_naming_it(tmp_pa
     out = json.loads(capsys.readouterr().out)
     assert ei.value.code == 2 and out["exit_code"] == 2
     assert str(folder) in out["error"] and "not a fasttts work folder" in out["error"]
+
+
+def test_review_of_a_moved_work_folder_writes_beside_it(tmp_path, capsys):
+    work = tmp_path / "film.fasttts"
+    work.mkdir()
+    report = {
+        "video": None,
+        "lines": [{**PLACED, "index": 1, "text": "x", "slot": [1.0, 2.0], "render_key": None}],
+        "outputs": {"review": "/gone/elsewhere/film.eng.review.html"},
+    }
+    (work / "report.json").write_text(json.dumps(report))
+    with pytest.raises(SystemExit) as ei:
+        main(["review", str(work), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert ei.value.code == 0 and out["page"] == str(tmp_path / "film.eng.review.html")
+    assert (tmp_path / "film.eng.review.html").is_file() and not Path("/gone").exists()
+    with pytest.raises(SystemExit) as ei:
+        main(["review", str(work), "-o", str(tmp_path / "page.txt"), "--json"])
+    assert ei.value.code == 2 and "-o/--output" in json.loads(capsys.readouterr().out)["error"]

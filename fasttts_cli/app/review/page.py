@@ -179,7 +179,10 @@ def review_work_dir(work_dir: Path, output: Path | None, rep: Any) -> ReviewPage
         )
     recorded = (report.get("outputs") or {}).get("review")
     name = work_dir.name[: -len(".fasttts")] if work_dir.name.endswith(".fasttts") else work_dir.name
-    page = output or (Path(recorded) if recorded else work_dir.parent / (name + SUFFIX))
+    beside = work_dir.parent / (Path(recorded).name if recorded else name + SUFFIX)
+    # Where the dub wrote it; beside the work folder when that folder is gone (a work folder moved or
+    # copied from another machine) or the report predates the record.
+    page = output or (Path(recorded) if recorded and Path(recorded).parent.is_dir() else beside)
     if page.suffix.lower() not in (".html", ".htm"):
         raise UsageError(f"-o/--output {page}: the review page is HTML; name a .html file")
     with hold_work_dir(work_dir, wait=True, rep=rep):
