@@ -171,6 +171,29 @@ def test_demo_page_with_video(browser, capsys, tmp_path):
     page.screenshot(path=str(ARTIFACTS / "demo.review.png"), full_page=True)
     assert not problems, problems
 
+    # The round trip: run the command the page composes for line 2 (from the folder it names), and the
+    # page the retake writes shows line 2 on take 2 of 1, 2, every other line still on take 1.
+    page.click("#select-none")
+    page.check("input[type=checkbox][data-index='2']")
+    composed = page.inner_text("#command")
+    cd, cmd = composed.split(" && ", 1)
+    assert shlex.split(cd) == ["cd", os.getcwd()]
+    retake = dub(capsys, shlex.split(cmd)[1:])
+    assert retake["lines"]["synthesized"] == 1 and retake["lines"]["retaken"] == [2]
+    page, problems = open_page(browser, page_file)
+    assert page.inner_text("#rows tr[data-index='2'] td:nth-child(14)") == "2/2"
+    page.click(".blk[data-index='2']")
+    assert "take\n2 of 1, 2\n" in page.inner_text("#detail")  # <dt>take</dt><dd>2 of 1, 2</dd>
+    assert "dubbed line (take 2)" in page.inner_text("#detail")
+    assert file_of(page, page.get_attribute("#play-line", "src")).is_file()
+    page.select_option("#filter", "retaken")
+    assert shown_rows(page) == {2}
+    page.select_option("#filter", "all")
+    # the recorded command is the first dub's; the retake's own --retake is not carried into the next one
+    page.check("input[type=checkbox][data-index='4']")
+    assert page.inner_text("#command") == f"{cd} && {shlex.join(['fasttts', *argv])} --retake 4"
+    assert not problems, problems
+
     # `fasttts review` writes the same page again from the work folder, synthesizing nothing
     before = page_file.read_bytes()
     page_file.unlink()
