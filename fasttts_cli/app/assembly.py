@@ -150,13 +150,20 @@ def assemble(
 
     report = _report(o, plan, states, timings, todo, selection, synth, norm, rep, skipped=job.skipped)
     add_cast_report(report, job, plan.lines)
+    from fasttts_cli.app.review import write_review
+    from fasttts_cli.app.review.page import page_for, run_record
+
+    report.update(run_record(o.command, paths.media, paths.subtitles))
     report_path = atomic_write_json(paths.work_dir / "report.json", report)
+    with rep.stage("review"):
+        page = write_review(paths.work_dir, report, page_for(paths.media), rep.warn)
     outputs = {
         ("video" if paths.media.suffix.lower() in VIDEO_EXTS else "audio"): str(paths.media),
         "subtitles": str(paths.subtitles),
         "report": str(report_path),
         "plan": str(paths.work_dir / "plan.json"),
         "dub_audio": str(dub_wav),
+        "review": str(page.path),
     }
     if report["cast"] is not None:
         outputs["cast"] = report["cast"]["file"]

@@ -76,6 +76,9 @@ class DubOptions:
     default_subtitles: bool = False  # mark that track default (players show it); off by default
     title: str | None = None  # dub track title; default "<Language> (dub)"
     no_wait: bool = False  # another run holds the work dir: exit 2 at once instead of waiting
+    # The command line after `fasttts` (`dub ...`) when the dub came from the command line: report.json
+    # records it with the folder it ran in, and the review page's retake command starts from it.
+    command: list[str] | None = None
 
 
 @dataclass

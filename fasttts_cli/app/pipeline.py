@@ -152,7 +152,9 @@ def run_dub(
 
     # One writer per work folder for the whole run; the holder then clears what a killed run left.
     with hold_work_dir(paths.work_dir, wait=not o.no_wait, rep=rep):
-        left = sweep_run_leftovers(paths.work_dir, [paths.media, paths.subtitles])
+        from fasttts_cli.app.review.page import page_for
+
+        left = sweep_run_leftovers(paths.work_dir, [paths.media, paths.subtitles, page_for(paths.media)])
         if left:
             rep.info(f"removed {len(left)} partial file(s) an interrupted run left behind")
         return _run_in_work_dir(o, rep, job, paths, synthesizer, planned)

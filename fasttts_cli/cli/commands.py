@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import sys
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -166,7 +167,9 @@ def dub(
     from fasttts_cli.app.pipeline import run_dub
 
     def body(rep: Reporter) -> dict[str, Any]:
-        return run_dub(dub_options(params), rep).to_json()
+        opts = dub_options(params)
+        opts.command = INVOKED.get()  # report.json keeps it: the review page's retake command
+        return run_dub(opts, rep).to_json()
 
     def human(r: dict[str, Any]) -> None:
         if r.get("cast"):
@@ -336,6 +339,10 @@ def _print_inspect(r: dict[str, Any]) -> None:
         print_wrapped("warning: ", w)
 
 
+# The command line `main` was given (after `fasttts`): `dub` records it for the review page's retake
+# command. None when a program calls the Typer app directly.
+INVOKED: ContextVar[list[str] | None] = ContextVar("fasttts_invoked", default=None)
+
 # The other commands register themselves on the shared app; imported after dub, synth and inspect so that
 # `fasttts --help` lists the main job first.
 # isort: off
@@ -343,6 +350,7 @@ from fasttts_cli.cli import engines as cli_engines  # noqa: E402, F401
 from fasttts_cli.cli import bench as cli_bench  # noqa: E402, F401
 from fasttts_cli.cli import cast as cli_cast  # noqa: E402, F401
 from fasttts_cli.cli import batch as cli_batch  # noqa: E402, F401
+from fasttts_cli.cli import review as cli_review  # noqa: E402, F401
 # isort: on
 
 # ---- entry point ---------------------------------------------------------------------------------
@@ -361,6 +369,7 @@ def main(argv: list[str] | None = None) -> None:
         with contextlib.suppress(ValueError):  # ValueError: not the main thread
             signal.signal(signal.SIGTERM, _sigterm)
     cmd = _command_of(args)
+    invoked = INVOKED.set(args)
     try:
         rv = app(args=args, prog_name="fasttts", standalone_mode=False)
         code = rv if isinstance(rv, int) else 0
@@ -375,6 +384,8 @@ def main(argv: list[str] | None = None) -> None:
         code = fail(json_out, None, cmd, msg, hint, int(ExitCode.USAGE), "usage", NORMAL)
     except _EXIT as e:
         code = int(getattr(e, "exit_code", 0) or 0)
+    finally:
+        INVOKED.reset(invoked)
     sys.exit(code)
 
 
