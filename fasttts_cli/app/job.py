@@ -46,6 +46,8 @@ class DubOptions:
     emotion_from_line: bool = False  # each line's own cue audio is its emotion reference
     cast: Path | None = None  # --cast: a cast.toml whose references the speakers it names take
     dialogue_stem: Path | None = None  # references and per-line emotion from this stem, not the video
+    separate: bool = False  # --separate: dialogue and music-and-effects stems separated from the video
+    separation_model: Path | None = None  # --separation-model: the Demucs model folder
     name_prefix: bool = False
     strict_voices: bool = False  # a --voice NAME= that matches no speaker is an error, not a warning
     styles: str | None = None  # --styles: the ASS/SSA dialogue styles, comma-separated
@@ -186,7 +188,13 @@ def validate_options(o: DubOptions) -> None:
         o.mix not in ("keep", "duck") or o.video is not None,
         f"--mix {o.mix} needs --video (there is no original audio to keep or duck)",
     )
-    need(o.mix != "background" or o.background is not None, "--mix background needs --background PATH")
+    need(
+        o.mix != "background" or o.background is not None or o.separate,
+        "--mix background needs --background PATH (or --separate, which makes it from the video)",
+    )
+    from fasttts_cli.app.separation import check_options
+
+    check_options(o)  # --separate's own combinations
     need(not o.soft_subtitles or o.video is not None, "--soft-subtitles needs --video")
     audio_only = o.output is not None and o.output.suffix.lower() in AUDIO_EXTS
     need(
