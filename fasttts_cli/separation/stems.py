@@ -207,7 +207,8 @@ class _Run:
                     last = eof and s + plan.block >= n_known
                     guess = k + 1 if last else max(guess, k + 2)
                     progress(k + 1, guess)
-                keep_from = (k + 1) * plan.block - plan.context  # what block k+1 needs on its left
+                # What block k+1 needs on its left (never past the data: the end must stay known).
+                keep_from = min((k + 1) * plan.block - plan.context, n_known)
                 if keep_from > buf_start:
                     buf = buf[:, keep_from - buf_start :]
                     buf_start = keep_from
