@@ -251,3 +251,19 @@ def test_download_from_a_mirror_then_present(small_model, tmp_path, monkeypatch)
     with pytest.raises(MissingDependencyError, match="discarded"):
         fetch.fetch_separation(tmp_path / "again")
     assert not list((tmp_path / "again").glob("*.th"))
+
+
+def test_the_acceptance_section_runs_on_the_cpu(tmp_path):
+    """tools/accept_separation.py as `accept_torch --sim-cpu` runs it (small config, 3 s)."""
+    from fasttts_cli.tools.accept_separation import run_separation
+    from fasttts_cli.tools.acceptance_table import Table
+
+    table = Table("accept_torch")
+    run_separation(table, torch.device("cpu"), "sim", tmp_path)
+    assert [c.name for c in table.checks] == [
+        "separation model (htdemucs, random weights)",
+        "separation 3 s on cpu",
+        "separation blocks == one pass",
+    ]
+    assert all(c.ok for c in table.checks), table.checks
+    assert "per minute of audio" in table.checks[1].detail
