@@ -9,14 +9,13 @@ from __future__ import annotations
 import importlib.util
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 pytest.importorskip("demucs", reason="the `separate` extra (demucs) is not installed")
-import torch
-
 from fasttts_cli.app.job import DubOptions
 from fasttts_cli.app.pipeline import run_dub
 from fasttts_cli.cli.commands import main
@@ -25,20 +24,14 @@ from fasttts_cli.errors import ExitCode
 from fasttts_cli.separation import model as sepmodel
 from fasttts_cli.separation import stems as sepstems
 from tests.test_cast_dub import SpyFake
+from tests.test_e2e import _have_piper
+from tests.test_separation import one_thread  # noqa: F401  (autouse here too: one torch thread)
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 VOICES = [
     f"--voice=ALICE={SAMPLES / 'voices' / 'alice.wav'}",
     f"--voice=BOB={SAMPLES / 'voices' / 'bob.wav'}",
 ]
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
@@ -54,17 +47,6 @@ def _run(capsys, *args: object) -> tuple[int, dict]:
 
 def _no_model(*a, **k):
     raise AssertionError("the separation model was loaded for stems that are cached")
-
-
-def _have_piper() -> bool:
-    from fasttts_cli.errors import MissingDependencyError
-    from fasttts_cli.synth.draft import find_piper
-
-    try:
-        find_piper()
-        return True
-    except MissingDependencyError:
-        return False
 
 
 @pytest.mark.slow
@@ -119,6 +101,8 @@ def test_cast_and_dub_read_the_separated_dialogue(capsys, tmp_path, small_model,
         separation_model=small_model,
         mix="background",
     )
+    dry = run_dub(replace(o, dry_run=True), synthesizer=SpyFake())  # a dry run uses stems already there
+    assert dry.cast is not None and dry.cast["source"] == str(source)
     fake = SpyFake()
     res = run_dub(o, synthesizer=fake)
     assert res.ok and res.cast is not None

@@ -179,10 +179,9 @@ def _run_in_work_dir(
     else:
         selection = select_engine(o.engine)
         counter, token_source = token_counter(selection, o.preset)
-    if not o.dry_run:
-        from fasttts_cli.app.separation import apply_to_job
+    from fasttts_cli.app.separation import apply_to_job
 
-        o, job = apply_to_job(o, rep, job, paths.work_dir)
+    o, job = apply_to_job(o, rep, job, paths.work_dir)  # --separate (a dry run: stems already cached only)
     job = build_job_cast(job, rep, paths.work_dir, keep_source=o.emotion_from_line and not o.dry_run)
     with rep.stage("plan"):
         plan = plan_job(job.cues, job.voices, counter, o, job.only)

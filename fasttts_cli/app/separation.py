@@ -74,19 +74,38 @@ def apply_to_job(o: Any, rep: Reporter, job: Any, work_dir: Path) -> tuple[Any, 
     if not o.separate:
         return o, job
     cast = job.cast
-    if o.mix != "background" and not (cast is not None and (cast.pending or o.emotion_from_line)):
+    reads_dialogue = cast is not None and bool(cast.pending or o.emotion_from_line)
+    if o.mix != "background" and not reads_dialogue:
         rep.warn(
             f"--separate is not used: --mix {o.mix}, and no --voice from-video or --emotion-from-line "
             "reads the dialogue; nothing was separated"
         )
         return o, job
-    stems = separate_source(o.video, work_dir / "stems", o.separation_model, rep)
+    if o.dry_run:
+        stems = _cached(o.video, work_dir / "stems", o.separation_model)
+        if stems is None:
+            if not reads_dialogue:
+                return o, job
+            rep.warn(
+                "--dry-run runs no model: the stems are not separated yet, so the cast is checked on the "
+                f"video's mixed audio ({o.video}); the real run cuts it from the dialogue stem"
+            )
+            return o, job
+    else:
+        stems = separate_source(o.video, work_dir / "stems", o.separation_model, rep)
     o = replace(
         o, dialogue_stem=stems.dialogue, background=stems.background if o.mix == "background" else None
     )
     if cast is not None and cast.source is not None:
         cast.source, cast.source_flag, cast.audio = stems.dialogue, "--separate", None
     return o, job
+
+
+def _cached(source: Path, root: Path, model_flag: Path | None) -> Any:
+    """Stems an earlier run left for `source`, found without loading the model (None: not separated)."""
+    from fasttts_cli.separation.stems import cached_stems, stems_folder
+
+    return cached_stems(stems_folder(source, root, locate_model(model_flag)))
 
 
 def cast_source(video: Path, separate: bool, model_flag: Path | None, rep: Reporter) -> Path:
@@ -96,7 +115,9 @@ def cast_source(video: Path, separate: bool, model_flag: Path | None, rep: Repor
         if model_flag is not None:
             raise UsageError(f"--separation-model {model_flag} is only used with --separate")
         return video
+    from fasttts_cli.app.job import check_writable
     from fasttts_cli.dubbing.cache import work_dir_for
 
     root = work_dir_for(video.stem, video.parent) / "stems"
+    check_writable(root, "--separate (the stems go beside the video)")
     return separate_source(video, root, model_flag, rep).dialogue
