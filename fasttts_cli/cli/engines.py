@@ -271,7 +271,8 @@ def download(
     *,
     ui: Output,
 ) -> Job:
-    """Fetch the public IndexTTS-2 release (5 Hugging Face repositories) into the layout `build` reads."""
+    """Fetch the public IndexTTS-2 release (5 Hugging Face repositories) into the layout `build` reads;
+    with --separation, the Demucs htdemucs model that --separate runs."""
     from fasttts_cli.app.download import download_release
 
     if separation:
