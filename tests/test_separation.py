@@ -81,10 +81,14 @@ def _read(path: Path) -> np.ndarray:
 def separated(small_model, tmp_path_factory) -> dict:
     d = tmp_path_factory.mktemp("sep")
     source = _source(d / "src.wav")
-    with torch.no_grad():
-        torch.set_num_threads(1)
+    before = torch.get_num_threads()  # module fixtures run before the function-scoped one_thread
+    torch.set_num_threads(1)
+    try:
         stems = sepstems.separate(source, d / "stems", small_model, strides=STRIDES)
-    return {"source": source, "root": d / "stems", "stems": stems, "ref": _one_pass(small_model, source)}
+        ref = _one_pass(small_model, source)
+    finally:
+        torch.set_num_threads(before)
+    return {"source": source, "root": d / "stems", "stems": stems, "ref": ref}
 
 
 def test_the_real_htdemucs_architecture_loads_through_demucs_loader(tmp_path):
