@@ -296,7 +296,8 @@ def check_separation() -> list[Check]:
         files = locate()
         rows.append(Check("separation", "separation model", OK, files.describe()))
     except FastTTSError as e:
-        rows.append(Check("separation", "separation model", INFO, e.message, FETCH))
+        detail = e.message.removeprefix("separation model: ")
+        rows.append(Check("separation", "separation model", INFO, detail, FETCH))
     return rows
 
 

@@ -113,7 +113,7 @@ def model_dir(flag: Path | None) -> tuple[Path, str]:
     env = os.environ.get(ENV)
     if env:
         return Path(env).expanduser(), f"${ENV}={env}"
-    return default_dir(), f"the cache folder {default_dir()}"
+    return default_dir(), "the default cache folder"
 
 
 def locate(flag: Path | None = None) -> ModelFiles:
