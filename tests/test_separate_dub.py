@@ -62,7 +62,8 @@ def test_the_demo_dubs_over_its_separated_music_and_effects(capsys, tmp_path, sm
     args += ["--separate", "--separation-model", small_model]
     code, r = _run(capsys, *args)
     assert code == 0, r
-    assert "separate" in r["timings"]
+    assert "separate" in r["timings"] and not r["separation"]["cached"]
+    assert json.loads(Path(r["report"]).read_text())["separation"] == r["separation"]
     (folder,) = [p for p in (Path(r["work_dir"]) / "stems").iterdir() if p.is_dir()]
     meta = json.loads((folder / "stems.json").read_text())
     assert meta["seconds"] == pytest.approx(20.0, abs=0.05)
@@ -73,7 +74,7 @@ def test_the_demo_dubs_over_its_separated_music_and_effects(capsys, tmp_path, sm
     monkeypatch.setattr(sepstems, "load", _no_model)
     code, again = _run(capsys, *args)
     assert code == 0, again
-    assert again["lines"]["cached"] == again["lines"]["total"]
+    assert again["lines"]["cached"] == again["lines"]["total"] and again["separation"]["cached"]
 
 
 def test_cast_and_dub_read_the_separated_dialogue(capsys, tmp_path, small_model, monkeypatch):

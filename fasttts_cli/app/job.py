@@ -96,6 +96,7 @@ class DubResult:
     dry_run: bool = False
     plan: dict[str, Any] | None = None
     cast: dict[str, Any] | None = None  # the cast used (cast_voices.cast_json), when there is one
+    separation: dict[str, Any] | None = None  # --separate's stems (separation.stems.Stems.to_json)
 
     def to_json(self) -> dict[str, Any]:
         d = {
@@ -114,6 +115,8 @@ class DubResult:
             d["plan"] = self.plan
         if self.cast is not None:
             d["cast"] = self.cast
+        if self.separation is not None:
+            d["separation"] = self.separation
         return d
 
 
@@ -336,6 +339,7 @@ class JobInputs:
     subtitle_header: str | None = None  # ASS/SSA: the script's header and styles, for those subtitles
     cast: Any = None  # cast_voices.CastState: --cast, --voice from-video, --emotion-from-line
     emotions: dict[int, EmotionSpec] = field(default_factory=dict)  # line -> its own emotion reference
+    separation: dict[str, Any] | None = None  # --separate: the stems used (Stems.to_json)
     retake: set[int] = field(default_factory=set)  # --retake: lines to give a new take
     take: dict[int, int] = field(default_factory=dict)  # --take: line -> the take to put it on
 

@@ -223,6 +223,7 @@ def _run_in_work_dir(
             dry_run=True,
             plan=plan_json,
             cast=cast_json(job.cast),
+            separation=job.separation,
         )
 
     with rep.stage("load"):

@@ -98,6 +98,7 @@ def apply_to_job(o: Any, rep: Reporter, job: Any, work_dir: Path) -> tuple[Any, 
     )
     if cast is not None and cast.source is not None:
         cast.source, cast.source_flag, cast.audio = stems.dialogue, "--separate", None
+    job.separation = stems.to_json()
     return o, job
 
 
