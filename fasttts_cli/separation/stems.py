@@ -132,12 +132,23 @@ def separate(
         blocks.mkdir(exist_ok=True)
         sweep_partials(folder)
         sweep_partials(blocks)
+        owned = model is None
         if model is None:
             model = load(files, device)
         run = _Run(source, folder, model, strides)
         run.check_layout(blocks)
         computed, reused, n = run.blocks(blocks, progress)
+        if owned:  # the dub's TTS engine loads next: give the GPU memory back
+            run.model = model = None
+            _release_gpu()
         return run.finish(blocks, n, computed, reused)
+
+
+def _release_gpu() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 class _Run:
