@@ -39,6 +39,8 @@ def test_sim_cpu_runs_every_stage_and_writes_one_table(tmp_path: Path, capsys: p
     for name in ("2.5 torch fp32 on cpu vs CPU fp32", "2.5 speaks ja/es/ar (gpu-torch-fp16)"):
         assert checks[name]["ok"] and checks[name]["mode"] == "sim"
     assert "gpt logits" in checks["2.5 torch fp32 on cpu vs CPU fp32"]["detail"]
+    for name in ("separation 3 s on cpu", "separation blocks == one pass"):
+        assert checks[name]["ok"] and checks[name]["mode"] == "sim"
     out = capsys.readouterr().out
     assert out.count("== accept_torch: ok") == 1  # one table
 
@@ -62,6 +64,7 @@ def test_a_failed_check_fails_the_run(tmp_path: Path, monkeypatch: pytest.Monkey
         "2",
         "--skip-parity",
         "--skip-v25",
+        "--skip-separation",
         "--batches",
         "1",
         "--beam3-batches",
@@ -80,7 +83,8 @@ def test_a_2_5_stage_out_of_bounds_fails_the_run(tmp_path: Path, monkeypatch: py
     from fasttts_cli.tools import accept_torch25
 
     monkeypatch.setitem(accept_torch25.WAV_TOL, "fp32", -1.0)  # no audio is that close: the check must fail
-    argv = ["--sim-cpu", "--threads", "2", "--skip-parity", "--batches", "1", "--beam3-batches", ""]
+    argv = ["--sim-cpu", "--threads", "2", "--skip-parity", "--skip-separation", "--batches", "1"]
+    argv += ["--beam3-batches", ""]
     assert accept_torch.main([*argv, "--skip-baseline", "--out", str(tmp_path)]) == 1
     report = json.loads((tmp_path / "accept_torch.json").read_text())
     bad = [c for c in report["checks"] if not c["ok"] and c["mode"] != "skipped"]

@@ -23,7 +23,7 @@ LAYERS: list[tuple[str, frozenset[str]]] = [
     ("app", frozenset({"app"})),  # dub / synth / inspect as stage sequences, engine loading, doctor
     (
         "dubbing",
-        frozenset({"dubbing", "casting"}),
+        frozenset({"dubbing", "casting", "separation"}),
     ),  # script readers, plan, timing, line cache, work folder, cast
     ("build", frozenset({"build"})),  # checkpoint -> engine folder: export, quantize, engine builds
     ("indextts2", frozenset({"indextts2", "indextts25"})),  # the model: front end, stage flows, decoding, CFM

@@ -259,7 +259,7 @@ COMMANDS_WITH_ARGS = {
     "synth": "TEXT",
     "batch": "JOBS",
     "cast": "VIDEO SUBTITLES",
-    "download": "DIR",
+    "download": "[DIR]",  # optional with --separation (its own cache folder)
     "tiny-checkpoint": "DIR",
 }
 

@@ -150,6 +150,8 @@ def assemble(
 
     report = _report(o, plan, states, timings, todo, selection, synth, norm, rep, skipped=job.skipped)
     add_cast_report(report, job, plan.lines)
+    if job.separation is not None:
+        report["separation"] = job.separation
     from fasttts_cli.app.review import write_review
     from fasttts_cli.app.review.page import page_for, run_record
 
@@ -178,6 +180,7 @@ def assemble(
         engine=engine_info(selection, synth, o.preset),
         lines=report["summary"],
         cast=report["cast"],
+        separation=job.separation,
     )
 
 

@@ -35,6 +35,8 @@ class CastOptions:
     input_format: str | None  # --format
     encoding: str | None
     styles: str | None  # ASS/SSA --styles
+    separate: bool = False  # --separate: the dialogue stem is the source, not the video's mix
+    separation_model: Path | None = None
 
 
 def cast_path_for(output: Path) -> Path:
@@ -160,6 +162,7 @@ def _write(
     header: str | None,
     rep: Reporter,
     source: Any,
+    origin: Path,
 ) -> tuple[Path, Path | None, dict[str, Any]]:
     from dataclasses import replace
 
@@ -176,7 +179,7 @@ def _write(
     cast_entries = build_cast(
         labeled,
         order,
-        opts.video,
+        origin,
         opts.output.parent,
         flag="fasttts cast",
         ref_dir=opts.output.parent / f"{opts.output.stem}.cast",
@@ -211,13 +214,17 @@ def run_cast(opts: CastOptions, rep: Reporter) -> dict[str, Any]:
 
     cues, got = _timed_cues(opts)
     kind = _check(opts, len(cues))
+    from fasttts_cli.app.separation import cast_source
+
+    # Before the encoder loads: the separation model and the encoder are never in memory together.
+    origin = cast_source(opts.video, opts.separate, opts.separation_model, rep)
     with rep.stage("load_encoder"):
         encoder, described, closer = load_encoder(opts.engine, opts.preset, rep)
     try:
         with rep.stage("decode"):
             # Decoded once, streamed to mono (a film's 5.1 track is never in memory whole): the references
             # are cut from it, the embeddings read it at their own rate.
-            source = load_source(opts.video)
+            source = load_source(origin)
             audio = resample(source, REF_SR, EMBED_SR)
         end = len(audio) / EMBED_SR
         past = [c.index for c in cues if c.start >= end]  # type: ignore[operator]
@@ -235,7 +242,9 @@ def run_cast(opts: CastOptions, rep: Reporter) -> dict[str, Any]:
     refs: dict[str, Any] = {}
     if kind is not None:
         with rep.stage("write"):
-            subs, cast, refs = _write(opts, kind, cues, names, found.confidence, got.header, rep, source)
+            subs, cast, refs = _write(
+                opts, kind, cues, names, found.confidence, got.header, rep, source, origin
+            )
         outputs = {"subtitles": str(subs), "cast": None if cast is None else str(cast)}
     speakers = {
         SPEAKER.format(j + 1): {
@@ -248,6 +257,7 @@ def run_cast(opts: CastOptions, rep: Reporter) -> dict[str, Any]:
         "ok": True,
         "command": "cast",
         "video": str(opts.video),
+        "source": str(origin),  # what was embedded and cut: the video, or its separated dialogue stem
         "subtitles": str(opts.subtitles),
         "encoder": described,
         "speakers": found.speakers,

@@ -277,6 +277,30 @@ def check_backends() -> list[Check]:
     return rows
 
 
+def check_separation() -> list[Check]:
+    """--separate: the demucs package and the htdemucs model folder (located and listed, not loaded)."""
+    from fasttts_cli.errors import FastTTSError
+    from fasttts_cli.separation.model import FETCH, INSTALL, locate
+
+    version = _dist_version("demucs")
+    rows = [
+        Check(
+            "separation",
+            "demucs",
+            OK if version else INFO,
+            f"demucs {version}" if version else "not installed (only --separate needs it)",
+            "" if version else INSTALL,
+        )
+    ]
+    try:
+        files = locate()
+        rows.append(Check("separation", "separation model", OK, files.describe()))
+    except FastTTSError as e:
+        detail = e.message.removeprefix("separation model: ")
+        rows.append(Check("separation", "separation model", INFO, detail, FETCH))
+    return rows
+
+
 def licences_in_use() -> dict[str, list[dict[str, str]]]:
     """Licences of the engines this machine would run: the draft voice, and IndexTTS-2 if an engine is
     configured or present."""
@@ -285,13 +309,18 @@ def licences_in_use() -> dict[str, list[dict[str, str]]]:
         kinds.append("draft")
     if _engine_folders():
         kinds.append("indextts2")
-    return {k: [{"model": m, "licence": lic} for m, lic in LICENCES[k]] for k in kinds}
+    out = {k: [{"model": m, "licence": lic} for m, lic in LICENCES[k]] for k in kinds}
+    from fasttts_cli.separation.model import LICENCES as SEPARATION
+
+    if _dist_version("demucs"):
+        out["separation"] = [{"model": m, "licence": lic} for m, lic in SEPARATION]
+    return out
 
 
 def run_doctor() -> dict[str, Any]:
     checks: list[Check] = []
     steps = (check_python, check_ffmpeg, check_draft, check_engines, check_runtimes, check_text_normaliser)
-    for fn in (*steps, check_backends):
+    for fn in (*steps, check_backends, check_separation):
         try:
             checks += fn()
         except Exception as e:  # a broken check must not hide the others

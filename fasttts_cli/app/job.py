@@ -46,6 +46,8 @@ class DubOptions:
     emotion_from_line: bool = False  # each line's own cue audio is its emotion reference
     cast: Path | None = None  # --cast: a cast.toml whose references the speakers it names take
     dialogue_stem: Path | None = None  # references and per-line emotion from this stem, not the video
+    separate: bool = False  # --separate: dialogue and music-and-effects stems separated from the video
+    separation_model: Path | None = None  # --separation-model: the Demucs model folder
     name_prefix: bool = False
     strict_voices: bool = False  # a --voice NAME= that matches no speaker is an error, not a warning
     styles: str | None = None  # --styles: the ASS/SSA dialogue styles, comma-separated
@@ -94,6 +96,7 @@ class DubResult:
     dry_run: bool = False
     plan: dict[str, Any] | None = None
     cast: dict[str, Any] | None = None  # the cast used (cast_voices.cast_json), when there is one
+    separation: dict[str, Any] | None = None  # --separate's stems (separation.stems.Stems.to_json)
 
     def to_json(self) -> dict[str, Any]:
         d = {
@@ -112,6 +115,8 @@ class DubResult:
             d["plan"] = self.plan
         if self.cast is not None:
             d["cast"] = self.cast
+        if self.separation is not None:
+            d["separation"] = self.separation
         return d
 
 
@@ -186,7 +191,13 @@ def validate_options(o: DubOptions) -> None:
         o.mix not in ("keep", "duck") or o.video is not None,
         f"--mix {o.mix} needs --video (there is no original audio to keep or duck)",
     )
-    need(o.mix != "background" or o.background is not None, "--mix background needs --background PATH")
+    need(
+        o.mix != "background" or o.background is not None or o.separate,
+        "--mix background needs --background PATH (or --separate, which makes it from the video)",
+    )
+    from fasttts_cli.app.separation import check_options
+
+    check_options(o)  # --separate's own combinations
     need(not o.soft_subtitles or o.video is not None, "--soft-subtitles needs --video")
     audio_only = o.output is not None and o.output.suffix.lower() in AUDIO_EXTS
     need(
@@ -328,6 +339,7 @@ class JobInputs:
     subtitle_header: str | None = None  # ASS/SSA: the script's header and styles, for those subtitles
     cast: Any = None  # cast_voices.CastState: --cast, --voice from-video, --emotion-from-line
     emotions: dict[int, EmotionSpec] = field(default_factory=dict)  # line -> its own emotion reference
+    separation: dict[str, Any] | None = None  # --separate: the stems used (Stems.to_json)
     retake: set[int] = field(default_factory=set)  # --retake: lines to give a new take
     take: dict[int, int] = field(default_factory=dict)  # --take: line -> the take to put it on
 

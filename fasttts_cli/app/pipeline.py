@@ -87,6 +87,10 @@ def read_inputs(o: DubOptions, *, require_voices: bool = True) -> JobInputs:
     if o.background is not None:
         probe(o.background, check_complete=True)
     check_sources(o, media, untimed, vm)
+    if o.separate:
+        from fasttts_cli.app.separation import locate_model
+
+        locate_model(o.separation_model)  # exit 3 naming the fetch command, before anything slow
     emotion_audio = o.emotion.audio if o.emotion is not None else None
     for voice in dict.fromkeys([vm.default, *vm.named.values(), emotion_audio]):
         if voice is not None and not is_placeholder(voice):
@@ -175,6 +179,9 @@ def _run_in_work_dir(
     else:
         selection = select_engine(o.engine)
         counter, token_source = token_counter(selection, o.preset)
+    from fasttts_cli.app.separation import apply_to_job
+
+    o, job = apply_to_job(o, rep, job, paths.work_dir)  # --separate (a dry run: stems already cached only)
     job = build_job_cast(job, rep, paths.work_dir, keep_source=o.emotion_from_line and not o.dry_run)
     with rep.stage("plan"):
         plan = plan_job(job.cues, job.voices, counter, o, job.only)
@@ -216,6 +223,7 @@ def _run_in_work_dir(
             dry_run=True,
             plan=plan_json,
             cast=cast_json(job.cast),
+            separation=job.separation,
         )
 
     with rep.stage("load"):

@@ -42,11 +42,34 @@ def cast(
     input_format: FormatOpt = None,
     encoding: EncodingOpt = None,
     styles: StylesOpt = None,
+    separate: Annotated[
+        bool,
+        typer.Option(
+            "--separate",
+            help="Embed and cut references from the separated dialogue stem (Demucs), not the mix.",
+        ),
+    ] = False,
+    separation_model: Annotated[
+        Path | None,
+        typer.Option("--separation-model", metavar="DIR", help="Demucs model folder (see fasttts dub)."),
+    ] = None,
 ) -> Job:
     """Tell who speaks each cue: embed each cue's audio, cluster the voices, label the cues."""
     from fasttts_cli.app.cast_job import CastOptions, run_cast
 
-    opts = CastOptions(video, subtitles, output, speakers, engine, preset, input_format, encoding, styles)
+    opts = CastOptions(
+        video,
+        subtitles,
+        output,
+        speakers,
+        engine,
+        preset,
+        input_format,
+        encoding,
+        styles,
+        separate,
+        separation_model,
+    )
 
     def body(rep: Reporter) -> dict[str, Any]:
         return run_cast(opts, rep)

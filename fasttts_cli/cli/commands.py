@@ -53,6 +53,17 @@ _STEM_HELP = "Dialogue-only stem: from-video references and line emotion are cut
 DialogueStemOpt = Annotated[Path | None, typer.Option("--dialogue-stem", help=_STEM_HELP)]
 _FROM_LINE_HELP = "Each line's emotion from its own cue audio in the source."
 EmotionFromLineOpt = Annotated[bool, typer.Option("--emotion-from-line", help=_FROM_LINE_HELP)]
+_SEPARATE_HELP = (
+    "Separate the video's audio (Demucs htdemucs): music and effects under the dub (--mix background, "
+    "the default with it), dialogue as the from-video and emotion source."
+)
+SeparateOpt = Annotated[bool, typer.Option("--separate", help=_SEPARATE_HELP)]
+_SEP_MODEL_HELP = (
+    "Demucs model folder (default $FASTTTS_SEPARATION_MODEL, else fasttts download --separation's)."
+)
+SeparationModelOpt = Annotated[
+    Path | None, typer.Option("--separation-model", metavar="DIR", help=_SEP_MODEL_HELP)
+]
 
 
 @command("dub", progress=True, epilog=EXIT_CODES_HELP)
@@ -129,13 +140,14 @@ def dub(
     max_retries: MaxRetriesOpt = 2,
     timing: TimingFlags,
     mix: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--mix",
             metavar=choices(MIX_MODES),
-            help="The dub alone, beside the original track, over it ducked, or over --background.",
+            help="The dub alone, beside the original track, over it ducked, or over --background "
+            "(default replace; background with --separate).",
         ),
-    ] = "replace",
+    ] = None,
     background: Annotated[
         Path | None, typer.Option("--background", help="Music-and-effects stem under the dub.")
     ] = None,
@@ -161,6 +173,8 @@ def dub(
     emotion_from_line: EmotionFromLineOpt = False,
     cast: CastOpt = None,
     dialogue_stem: DialogueStemOpt = None,
+    separate: SeparateOpt = False,
+    separation_model: SeparationModelOpt = None,
 ) -> Job:
     """Dub a subtitle/script file: synthesize every line, fit it to its slot, mix, mux."""
     params = dict(locals(), **reading, **timing)  # the flags, named as DubOptions' fields

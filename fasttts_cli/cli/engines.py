@@ -235,8 +235,11 @@ def _hub_default_out(checkpoint: Path, preset: str) -> Path | None:
 @command("download")
 def download(
     out_dir: Annotated[
-        Path, typer.Argument(metavar="DIR", help="Checkpoint folder to fill (new or partial).")
-    ],
+        Path | None,
+        typer.Argument(
+            metavar="DIR", help="Checkpoint folder to fill (new or partial); with --separation, optional."
+        ),
+    ] = None,
     model: Annotated[
         str, typer.Option("--model", metavar="[indextts2]", help="Model to fetch.")
     ] = "indextts2",
@@ -258,13 +261,28 @@ def download(
             help="Revision of IndexTeam/IndexTTS-2: a branch, tag or commit (default main).",
         ),
     ] = None,
+    separation: Annotated[
+        bool,
+        typer.Option(
+            "--separation",
+            help="Fetch the Demucs htdemucs separation model (for --separate) into DIR, default its cache.",
+        ),
+    ] = False,
     *,
     ui: Output,
 ) -> Job:
-    """Fetch the public IndexTTS-2 release (5 Hugging Face repositories) into the layout `build` reads."""
+    """Fetch the public IndexTTS-2 release (5 Hugging Face repositories) into the layout `build` reads;
+    with --separation, the Demucs htdemucs model that --separate runs."""
     from fasttts_cli.app.download import download_release
 
+    if separation:
+        return _download_separation(out_dir)
+
     def body(rep: Reporter) -> dict[str, Any]:
+        if out_dir is None:
+            raise UsageError(
+                "download: missing DIR, the checkpoint folder to fill", hint="fasttts download DIR"
+            )
         r = download_release(
             out_dir,
             model=model,
@@ -281,6 +299,20 @@ def download(
             f"checkpoint in {r['checkpoint']}: {r['fetched']} files fetched, {r['present']} already there "
             f"({r['bytes'] / 1e9:.2f} GB); next: fasttts build --checkpoint {r['checkpoint']}"
         )
+
+    return body, human
+
+
+def _download_separation(out_dir: Path | None) -> Job:
+    def body(rep: Reporter) -> dict[str, Any]:
+        from fasttts_cli.separation.fetch import fetch_separation
+        from fasttts_cli.separation.model import default_dir
+
+        return fetch_separation(out_dir or default_dir(), progress=rep.info).to_json()
+
+    def human(r: dict[str, Any]) -> None:
+        what = "already there" if r["present"] else "fetched"
+        print(f"separation model in {r['separation']}: {what} ({r['bytes'] / 1e6:.1f} MB); use: --separate")
 
     return body, human
 

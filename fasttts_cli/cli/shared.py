@@ -340,6 +340,8 @@ def dub_options(params: Mapping[str, Any], *, check_files: bool = True) -> Any:
     from fasttts_cli.app.job import DubOptions
 
     opts = options_from(DubOptions, params, voices=list(params.get("voice") or []))
+    if opts.mix is None:  # --mix not given: --separate's music-and-effects stem goes under the dub
+        opts.mix = "background" if opts.separate else "replace"
     opts.emotion = emotion_spec(
         params.get("emotion_audio"),
         params.get("emotion_vector"),

@@ -13,6 +13,8 @@
    precision, and lines in ja / es / ar through both GPU torch presets.
 5. Bench (tools/bench_torch.py): full-size random weights at batch 1, 8, 16, ours vs eager fp16; one check
    per row (finite output, no graph capture failure) and one per target of the issue (H200).
+6. Separation (tools/accept_separation.py): `--separate`'s htdemucs (real architecture, random weights) on
+   60 s of audio: time per minute of audio, CUDA peak memory, block-by-block == one pass.
 One table at the end (tools/acceptance_table.py), written as accept_torch.json to --out or $OUT; the exit
 status is 1 when any check failed. Budget on one H200: about 5 minutes, --quick about 2.
 
@@ -192,6 +194,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--skip-parity", action="store_true")
     ap.add_argument("--skip-unit-tests", action="store_true")
     ap.add_argument("--skip-v25", action="store_true", help="no IndexTTS-2.5 checks")
+    ap.add_argument("--skip-separation", action="store_true", help="no --separate (htdemucs) timing")
     ap.add_argument("--skip-baseline", action="store_true", help="no eager side in the bench")
     ap.add_argument("--batches", default=None, help="default 1,8,16 (--quick 1,16; --sim-cpu 1,2)")
     ap.add_argument("--beam3-batches", default=None, help="also with 3 beams (default 1,16; --sim-cpu 1)")
@@ -284,6 +287,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="fasttts-v25-") as tmp:
             run_v25(table, dev, mode, precisions, Path(tmp))
     run_bench_checks(table, bench_config(a), dev, mode, with_targets=not a.sim_cpu)
+    if a.skip_separation:
+        table.add("separation", False, "--skip-separation", mode="skipped")
+    else:
+        from fasttts_cli.tools.accept_separation import run_separation
+
+        with tempfile.TemporaryDirectory(prefix="fasttts-separation-") as tmp:
+            run_separation(table, dev, mode, Path(tmp))
     table.add("wall time", True, f"{time.perf_counter() - t_start:.0f} s", mode=mode)
     return table.finish(a.out)
 

@@ -42,6 +42,11 @@ TORCH_PACKAGES: dict[str, str] = {
     "iniconfig": "iniconfig",
     "packaging": "packaging",
     "pygments": "pygments",
+    # the separation section (`--separate`: demucs and its pure-Python dependencies, ~0.2 MB of wheels)
+    "demucs": "demucs",
+    "einops": "einops",
+    "julius": "julius",
+    "tqdm": "tqdm",
 }
 PARITY_FILES = ("README.md", "keys.json", "buffers.npz", "config.yaml", "bpe.model", "make_checkpoint.py")
 PARITY_GLOBS = ("*.wav", "vectors_*.npz", "vectors_*.json")
