@@ -12,6 +12,8 @@ import torch
 
 from fasttts_cli.errors import FastTTSError, InputError
 
+CHECK_HINT = "check the checkpoint directory or the flag pointing at it"
+
 
 class CheckpointKeyError(InputError):
     """A checkpoint file lacks a key the module needs, or holds one it does not know."""
@@ -68,9 +70,7 @@ def split_known(
 
 
 @contextmanager
-def checkpoint_file(
-    path: Path, hint: str = "check the checkpoint directory or the flag pointing at it"
-) -> Iterator[Path]:
+def checkpoint_file(path: Path, hint: str = CHECK_HINT) -> Iterator[Path]:
     """The one guard of every read of a checkpoint file (torch, safetensors, JSON, YAML, tokenizer): a
     missing file, or one its reader refuses in any way (truncated, corrupt, the wrong format; every
     library raises its own types), is an InputError naming the file (exit 2), never an internal error."""
@@ -82,7 +82,7 @@ def checkpoint_file(
     except (FastTTSError, MemoryError):
         raise
     except Exception as e:  # each reader has its own error types: all mean "unreadable"
-        why = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+        why = str(e).strip().splitlines()[0][:160] if str(e).strip() else type(e).__name__
         raise InputError(
             path, f"cannot load ({why}); the file is damaged or not the expected format", hint=hint
         ) from None
@@ -94,9 +94,7 @@ def torch_load(path: Path) -> object:
         return torch.load(path, map_location="cpu", weights_only=True)
 
 
-def safetensors_load(
-    path: Path, hint: str = "check the checkpoint directory or the flag pointing at it"
-) -> dict[str, torch.Tensor]:
+def safetensors_load(path: Path, hint: str = CHECK_HINT) -> dict[str, torch.Tensor]:
     """A .safetensors file's tensors, through the checkpoint-file guard (a truncated file is exit 2)."""
     from safetensors.torch import load_file
 
@@ -104,7 +102,10 @@ def safetensors_load(
         return load_file(str(path))
 
 
-def json_load(path: Path, hint: str = "check the checkpoint directory or the flag pointing at it") -> Any:
-    """A checkpoint's JSON file (configs), through the checkpoint-file guard."""
+def json_config(path: Path, hint: str = CHECK_HINT) -> dict[str, Any]:
+    """A checkpoint's JSON config (an object of keys), through the checkpoint-file guard."""
     with checkpoint_file(path, hint):
-        return json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict):
+        raise InputError(path, f"expected a JSON object of settings, got {type(data).__name__}", hint=hint)
+    return data
