@@ -5,20 +5,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from fasttts_cli.cli.commands import main
+from tests.faults import run_cli as run
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: Any) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as ei:
-        main([str(a) for a in args])
-    cap = capsys.readouterr()
-    return int(ei.value.code or 0), cap.out, cap.err
 
 
 def test_every_problem_of_every_row_is_listed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -13,34 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.faults import RUNNER
 from tests.test_pipeline import write_job_folder
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# `fasttts batch` through the real CLI with test_pipeline's fake engine. Every text it is asked to plan is
-# appended to FAULT_LOG; FAULT_STARTED is touched when planning starts (the run holds the lock by then);
-# with FAULT_GATE, planning waits until that file exists.
-RUNNER = r"""
-import os, sys, time
-from pathlib import Path
-from fasttts_cli.app import engine_load
-from tests.test_pipeline import FakeSynth
-
-class Gated(FakeSynth):
-    def synthesize(self, requests):
-        with open(os.environ["FAULT_LOG"], "a", encoding="utf-8") as f:
-            f.writelines(r.text + "\n" for r in requests)
-        if os.environ.get("FAULT_STARTED"):
-            Path(os.environ["FAULT_STARTED"]).touch()
-        gate = os.environ.get("FAULT_GATE")
-        while gate and not Path(gate).exists():
-            time.sleep(0.02)
-        return super().synthesize(requests)
-
-engine_load.load_synthesizer = lambda *a, **k: Gated()
-from fasttts_cli.cli.commands import main
-main(sys.argv[1:])
-"""
+# `fasttts batch` with the gated fake engine (tests/faults.py): every text it plans goes to FAULT_LOG;
+# FAULT_STARTED is touched when planning starts (the lock is held by then); FAULT_GATE holds planning.
 
 
 def _batch(folder: Path, log: Path, *extra: str, **files: Path) -> subprocess.Popen:

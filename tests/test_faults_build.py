@@ -9,19 +9,11 @@ import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from fasttts_cli.cli.commands import main
 from tests.conftest_engine import *  # noqa: F403 (fixtures: tiny_checkpoint_dir)
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: Any) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as ei:
-        main([str(a) for a in args])
-    cap = capsys.readouterr()
-    return int(ei.value.code or 0), cap.out, cap.err
+from tests.faults import run_cli as run
 
 
 def _truncate(p: Path) -> None:

@@ -10,24 +10,16 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 import soundfile as sf
 
 from fasttts_cli.casting.castfile import read_cast
-from fasttts_cli.cli.commands import main
 from fasttts_cli.errors import InputError
+from tests.faults import run_cli as run
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: Any) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as ei:
-        main([str(a) for a in args])
-    cap = capsys.readouterr()
-    return int(ei.value.code or 0), cap.out, cap.err
 
 
 BAD_KEYS = [

@@ -8,21 +8,13 @@ import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from fasttts_cli.cli.commands import main
 from tests.conftest_engine import *  # noqa: F403 (fixtures: tiny_engine_dir)
+from tests.faults import run_cli as run
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: Any) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as ei:
-        main([str(a) for a in args])
-    cap = capsys.readouterr()
-    return int(ei.value.code or 0), cap.out, cap.err
 
 
 def _no_manifest(d: Path) -> Path:
