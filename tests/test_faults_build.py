@@ -74,3 +74,25 @@ def test_build_is_exit_2_naming_the_damaged_file(
     assert code == 2 and r["exit_code"] == 2 and str(ckpt / name) in r["error"], r
     assert "internal error" not in r["error"] and "Traceback" not in err
     assert not (tmp_path / "engine").exists()
+
+
+@pytest.mark.parametrize("key", ["s2mel.length_regulator.channels", "gpt.condition_module.attention_heads"])
+def test_a_setting_no_module_can_take_names_the_config(
+    tiny_checkpoint_dir: Path, tmp_path: Path, key: str
+) -> None:
+    import yaml
+
+    from fasttts_cli.errors import InputError
+    from fasttts_cli.nets.checkpoint import load_checkpoint
+
+    ckpt = shutil.copytree(tiny_checkpoint_dir, tmp_path / "ckpt")
+    cfg = yaml.safe_load((ckpt / "config.yaml").read_text(encoding="utf-8"))
+    *parents, last = key.split(".")
+    node = cfg
+    for k in parents:
+        node = node[k]
+    node[last] = -1
+    (ckpt / "config.yaml").write_text(yaml.safe_dump(cfg), encoding="utf-8")
+    with pytest.raises(InputError) as e:
+        load_checkpoint(ckpt)
+    assert e.value.message.startswith(f"{ckpt / 'config.yaml'}: the model cannot be built"), e.value.message

@@ -88,6 +88,24 @@ def checkpoint_file(path: Path, hint: str = CHECK_HINT) -> Iterator[Path]:
         ) from None
 
 
+@contextmanager
+def built_from(config: Path) -> Iterator[None]:
+    """Modules built from `config`'s sizes: a setting no module can take (a negative width, a zero
+    head count) fails inside torch with its own error; it is an InputError naming the config (exit 2).
+    The files' own errors are named by checkpoint_file and strict_load before they get here."""
+    try:
+        yield
+    except (FastTTSError, MemoryError):
+        raise
+    except Exception as e:  # torch.nn's constructors raise RuntimeError, ValueError, ZeroDivisionError...
+        why = str(e).strip().splitlines()[0][:160] if str(e).strip() else type(e).__name__
+        raise InputError(
+            config,
+            f"the model cannot be built from these settings ({type(e).__name__}: {why})",
+            hint="check config.yaml's sizes against the checkpoint it came with",
+        ) from None
+
+
 def torch_load(path: Path) -> object:
     """torch.load with weights_only (no arbitrary pickle code), through the checkpoint-file guard."""
     with checkpoint_file(path):
