@@ -84,3 +84,6 @@ def test_a_jobs_missing_voice_names_job_row_voice_and_path(
     assert str(tmp_path) in job["hint"]
     assert "row 2 (line 2) of the manifest: fix its `voice` key" in job["hint"]
     assert "NAME=PATH" not in job["hint"] and "Traceback" not in err
+    code, out, _ = run(capsys, "batch", jobs)  # a terminal run prints what to do too
+    assert code == 1 and "ep1: failed (exit 2): --voice ALICE=voices/alice.wav" in out
+    assert "  hint: fix the path" in out and "row 2 (line 2) of the manifest" in out
