@@ -159,3 +159,16 @@ def test_a_silent_cue_among_speech_takes_its_neighbours_speaker_with_a_warning(
     assert speakers[:4] == ["SPEAKER_1", "SPEAKER_2", "SPEAKER_1", "SPEAKER_2"] and speakers[4] == "SPEAKER_2"
     assert r["cues"][4]["confidence"] == 0.0
     assert any("cues 5" in w and "silent" in w for w in r["warnings"]), r["warnings"]
+
+
+def test_an_output_that_is_a_folder_is_exit_2_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "labeled.ass"
+    out.mkdir()
+    code, stdout, err = run(
+        capsys, "cast", SAMPLES / "dialogue.mp4", SAMPLES / "dialogue.srt", "-o", out, "--json"
+    )
+    r = json.loads(stdout)
+    assert code == 2 and r["error"].startswith(f"-o {out}: a folder is in the way"), r
+    assert "load_encoder" not in r.get("timings", {}) and "Traceback" not in err

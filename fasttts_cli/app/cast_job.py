@@ -93,6 +93,12 @@ def _check(opts: CastOptions, n_cues: int) -> str | None:
         opts.output.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UsageError(f"-o {opts.output}: cannot make its folder: {e.strerror or e}") from None
+    from fasttts_cli.app.job import check_writable
+
+    # Checked now, before the encoder loads and the cues are embedded: not after the work is done.
+    if opts.output.is_dir() or cast_path_for(opts.output).is_dir():
+        raise UsageError(f"-o {opts.output}: a folder is in the way of the file (or of its .cast.toml)")
+    check_writable(opts.output.parent, "-o")
     return kind
 
 
