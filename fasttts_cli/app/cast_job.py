@@ -271,6 +271,8 @@ def _everyone(found: Any, heard: list[int], cues: list[Cue], unheard: dict[int, 
     for k in unheard:
         near = min(heard, key=lambda h: abs(float(cues[h].start) - float(cues[k].start)))  # type: ignore[arg-type]
         labels[k] = labels[near]
+    order: dict[int, int] = {}  # speakers numbered by their first cue again, the unheard ones counted
+    labels = [order.setdefault(lab, len(order)) for lab in labels]
     listed = ", ".join(str(cues[k].index) for k in list(unheard)[:10]) + (" ..." if len(unheard) > 10 else "")
     reasons = sorted(set(unheard.values()))
     rep.warn(
