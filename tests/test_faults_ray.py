@@ -24,14 +24,12 @@ class _Cluster:
 
 def test_the_table_is_waited_for_until_it_reports_cpus() -> None:
     cluster = _Cluster({"memory": 1e9}, {"memory": 1e9}, {"CPU": 2.0, "memory": 1e9})
-    assert wait_for_resources(cluster, gpu=False, timeout=30, poll=0.01)["CPU"] == 2.0
+    assert wait_for_resources(cluster, timeout=30, poll=0.01)["CPU"] == 2.0
     assert cluster.calls == 3
-    gpu = _Cluster({"CPU": 8.0}, {"CPU": 8.0, "GPU": 2.0})
-    assert wait_for_resources(gpu, gpu=True, timeout=30, poll=0.01)["GPU"] == 2.0
 
 
 def test_the_wait_is_bounded_and_a_cluster_without_cpus_says_what_to_do() -> None:
-    table = wait_for_resources(_Cluster({"memory": 1e9}), gpu=False, timeout=0.2, poll=0.01)
+    table = wait_for_resources(_Cluster({"memory": 1e9}), timeout=0.2, poll=0.01)
     with pytest.raises(UsageError) as e:
         actor_shares(table, gpu=False, n=None)
     assert "reports no CPU" in e.value.message and "--workers 1" in (e.value.hint or "")

@@ -130,18 +130,14 @@ class _Batch:
     deaths: int = 0
 
 
-def wait_for_resources(
-    ray: Any, gpu: bool, timeout: float = RESOURCE_WAIT_S, poll: float = 0.2
-) -> dict[str, Any]:
-    """The cluster's resource table once it reports CPUs (and GPUs, for a GPU pool). Right after ray.init
-    a loaded machine's table may come back without its CPU entry (the node not registered yet): wait for
-    it, a bounded time; what it holds then is what actor_shares judges."""
+def wait_for_resources(ray: Any, timeout: float = RESOURCE_WAIT_S, poll: float = 0.2) -> dict[str, Any]:
+    """The cluster's resource table once it reports CPUs. Right after ray.init a loaded machine's table
+    may come back without its CPU entry (the node not registered yet; a node registers its GPUs with its
+    CPUs): wait for it, a bounded time; what the table holds then is what actor_shares judges."""
     deadline = time.monotonic() + timeout
     while True:
         resources = dict(ray.cluster_resources())
-        if resources.get("CPU", 0) > 0 and (not gpu or resources.get("GPU", 0) > 0):
-            return resources
-        if time.monotonic() >= deadline:
+        if resources.get("CPU", 0) > 0 or time.monotonic() >= deadline:
             return resources
         time.sleep(poll)
 
@@ -190,7 +186,7 @@ class RayPool:
         self._owns_ray = connect(ray, address, **(local or {}))
         self.gpu = bool(devices) or needs_gpu(spec)
         try:
-            resources = wait_for_resources(ray, self.gpu)
+            resources = wait_for_resources(ray)
             n, cpus = actor_shares(resources, self.gpu, n if n is not None else len(devices or ()) or None)
         except FastTTSError:
             self.close()
