@@ -20,31 +20,13 @@ from fasttts_cli.audio.blockio import AudioFileWriter
 from fasttts_cli.dubbing.worklock import OWNER_NAME, hold_work_dir, read_owner
 from fasttts_cli.errors import UsageError
 from fasttts_cli.partials import parse_partial, partial_path, sweep_partials
+from tests.faults import RUNNER
 from tests.test_pipeline import write_job_folder
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# `fasttts dub` through the real CLI (main), with the fake engine of test_pipeline. FAULT_STARTED: touched
-# when synthesis starts (the run holds the lock by then); FAULT_GATE: synthesis waits until it exists.
-RUNNER = r"""
-import os, sys, time
-from pathlib import Path
-from fasttts_cli.app import pipeline
-from tests.test_pipeline import FakeSynth
-
-class Gated(FakeSynth):
-    def synthesize(self, requests):
-        if os.environ.get("FAULT_STARTED"):
-            Path(os.environ["FAULT_STARTED"]).touch()
-        gate = os.environ.get("FAULT_GATE")
-        while gate and not Path(gate).exists():
-            time.sleep(0.02)
-        return super().synthesize(requests)
-
-pipeline.load_synthesizer = lambda *a, **k: Gated()
-from fasttts_cli.cli.commands import main
-main(sys.argv[1:])
-"""
+# `fasttts dub` through the real CLI with the gated fake engine (tests/faults.py): FAULT_STARTED is
+# touched when synthesis starts (the run holds the lock by then); FAULT_GATE: synthesis waits for it.
 
 
 @pytest.fixture()

@@ -18,7 +18,7 @@ from typing import Any
 from fasttts_cli.app.batch_plan import JobPlan, plan_one, run_prepass
 from fasttts_cli.app.batch_progress import JobBars
 from fasttts_cli.app.fleet import EngineSpec, LineOutcome, needs_gpu, open_pool
-from fasttts_cli.app.manifest import ManifestJob
+from fasttts_cli.app.manifest import ManifestJob, row_hint
 from fasttts_cli.app.progress import Reporter
 from fasttts_cli.errors import ExitCode, FastTTSError, MissingDependencyError
 from fasttts_cli.synth.engine_select import select_engine
@@ -30,6 +30,8 @@ OK, FAILED, NOT_RUN = "ok", "failed", "not_run"
 @dataclass
 class JobOutcome:
     id: Any
+    row: int | None = None  # where the job is in the manifest (number among the rows, file line)
+    line: int | None = None
     status: str = NOT_RUN
     exit_code: int | None = None
     error: str | None = None
@@ -45,6 +47,8 @@ class JobOutcome:
         r = self.result or {}
         return {
             "id": self.id,
+            "row": self.row,
+            "line": self.line,
             "ok": self.ok,
             "status": self.status,
             "exit_code": self.exit_code,
@@ -139,7 +143,7 @@ def _engine_key(o: Any) -> tuple[str, str, str | None]:
 
 def run_batch(jobs: Sequence[ManifestJob], rep: Reporter, bo: BatchOptions) -> BatchResult:
     """Run every job (see the module's doc); the result holds each job's outcome in manifest order."""
-    outcomes = [JobOutcome(j.id) for j in jobs]
+    outcomes = [JobOutcome(j.id, j.row, j.line) for j in jobs]
     result = BatchResult(outcomes, {"engines": 0, "to_synthesize": 0, "batches": 0, "seconds": 0.0})
     t0 = time.monotonic()
     bars = JobBars(rep, [str(j.id) for j in jobs])
@@ -217,6 +221,8 @@ class _Runner:
         """Job k failed with `e`; the run goes on unless --fail-fast, or `e` is a missing dependency."""
         err, kind = as_error(e)
         _failed(self.outcomes[k], err, kind)
+        if err.exit_code == ExitCode.USAGE:  # the job's own input: say which row of the manifest to fix
+            self.outcomes[k].hint = row_hint(self.jobs[k], err)
         self.report(k)
         if isinstance(err, MissingDependencyError):
             self.result.failure = err

@@ -74,14 +74,21 @@ def plan_one(index: int, o: DubOptions, rep: Reporter, synth: Synthesizer) -> Jo
     # Each line on the take the job will use (a new one for --retake); the job's own run remembers it.
     choose_takes(Reporter(verbosity=QUIET), inputs, states, cache, paths.work_dir, synth.identity(), params)
     forced = inputs.only or set()
-    hits, damaged = check_hits(cache, {i: st.key for i, st in states.items() if i not in forced})
+    jp = JobPlan(index, o, rep, states, cache, paths.work_dir, [i for i in states if i not in forced])
+    recheck_misses(jp)
+    return jp
+
+
+def recheck_misses(jp: JobPlan) -> list[int]:
+    """The job's misses read again from its plan cache (under its lock): those planned since are hits."""
+    hits, damaged = check_hits(jp.cache, {i: jp.states[i].key for i in jp.misses})
     for i, why in damaged.items():
-        rep.warn(
-            f"{states[i].line.source}: line {i}: its cached plan ({states[i].key[:12]} in {cache.root}) is "
-            f"damaged: {why}; removed, it will be re-synthesized"
+        jp.rep.warn(
+            f"{jp.states[i].line.source}: line {i}: its cached plan ({jp.states[i].key[:12]} in "
+            f"{jp.cache.root}) is damaged: {why}; removed, it will be re-synthesized"
         )
-    misses = [i for i in states if i not in hits and i not in forced]
-    return JobPlan(index, o, rep, states, cache, paths.work_dir, misses)
+    jp.misses = [i for i in jp.misses if i not in hits]
+    return jp.misses
 
 
 def task_of(jp: JobPlan, i: int) -> LineTask:
@@ -166,7 +173,12 @@ def run_prepass(
             except FastTTSError as e:
                 on_fail(jp, e)
                 continue
-            held.append(jp)
+            # The misses were found before the lock was ours: a run that held it (another batch on the
+            # same manifest, a dub) may have planned them since. Only what is still missing is planned,
+            # as a single dub does after it takes the lock; its entries are never rewritten.
+            still = recheck_misses(jp)
+            if still:
+                held.append(jp)
         by_key: dict[str, list[tuple[JobPlan, int]]] = {}
         for jp in held:
             for i in jp.misses:

@@ -95,6 +95,12 @@ def _check(opts: CastOptions, n_cues: int) -> str | None:
         opts.output.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UsageError(f"-o {opts.output}: cannot make its folder: {e.strerror or e}") from None
+    from fasttts_cli.app.job import check_writable
+
+    # Checked now, before the encoder loads and the cues are embedded: not after the work is done.
+    if opts.output.is_dir() or cast_path_for(opts.output).is_dir():
+        raise UsageError(f"-o {opts.output}: a folder is in the way of the file (or of its .cast.toml)")
+    check_writable(opts.output.parent, "-o")
     return kind
 
 
@@ -206,6 +212,79 @@ def _write(
     return subs, cast, refs
 
 
+def _heard(opts: CastOptions, cues: list[Cue], audio: Any) -> tuple[list[int], dict[int, str]]:
+    """(positions of the cues with audio to embed, why each other one has none); exit 2 when the whole
+    track is silent (naming the video) or fewer than two cues are heard (naming them)."""
+    from fasttts_cli.casting.embed import SILENCE_DBFS, silent, unheard_cues
+
+    if silent(audio):
+        raise InputError(
+            opts.video,
+            f"its audio is silent (under {SILENCE_DBFS:g} dBFS): no speech to tell speakers apart by",
+            hint="VIDEO's first audio track is read: check it holds the dialogue (not a muted track)",
+        )
+    unheard = unheard_cues(audio, cues)
+    heard = [k for k in range(len(cues)) if k not in unheard]
+    _enough(opts, cues, heard, unheard)
+    return heard, unheard
+
+
+def _enough(opts: CastOptions, cues: list[Cue], heard: list[int], unheard: dict[int, str]) -> None:
+    if len(heard) >= 2 and (opts.speakers is None or opts.speakers <= len(heard)):
+        return
+    why = "; ".join(f"cue {cues[k].index}: {r}" for k, r in list(unheard.items())[:5])
+    more = f" (and {len(unheard) - 5} more)" if len(unheard) > 5 else ""
+    if len(heard) < 2:
+        raise InputError(
+            opts.subtitles,
+            f"only {len(heard)} of {len(cues)} cues have speech in {opts.video} to embed: {why}{more}",
+            hint="are these the subtitles of this video (and their times in its time base)?",
+        )
+    raise UsageError(
+        f"--speakers {opts.speakers}: only {len(heard)} cues have speech to embed ({why}{more})",
+        hint="ask for fewer speakers, or leave --speakers out",
+    )
+
+
+def _finite(
+    opts: CastOptions, cues: list[Cue], heard: list[int], unheard: dict[int, str], emb: Any
+) -> tuple[list[int], Any]:
+    """Sets aside the cues the encoder could not embed (a non-finite vector clusters as a speaker)."""
+    import numpy as np
+
+    ok = np.isfinite(emb).all(axis=1)
+    for k, good in zip(heard, ok, strict=True):
+        if not good:
+            unheard[k] = "no voice the encoder could embed"
+    heard = [k for k, good in zip(heard, ok, strict=True) if good]
+    _enough(opts, cues, heard, unheard)
+    return heard, emb[ok]
+
+
+def _everyone(found: Any, heard: list[int], cues: list[Cue], unheard: dict[int, str], rep: Reporter) -> Any:
+    """The clustering of the heard cues extended to every cue: a cue with no speech takes the speaker of
+    the nearest heard cue in time, with confidence 0 (a toss-up: nothing was heard), and is warned about."""
+    from dataclasses import replace
+
+    if not unheard:
+        return found
+    labels, conf = [0] * len(cues), [0.0] * len(cues)
+    for k, lab, c in zip(heard, found.labels, found.confidence, strict=True):
+        labels[k], conf[k] = lab, c
+    for k in unheard:
+        near = min(heard, key=lambda h: abs(float(cues[h].start) - float(cues[k].start)))  # type: ignore[arg-type]
+        labels[k] = labels[near]
+    order: dict[int, int] = {}  # speakers numbered by their first cue again, the unheard ones counted
+    labels = [order.setdefault(lab, len(order)) for lab in labels]
+    listed = ", ".join(str(cues[k].index) for k in list(unheard)[:10]) + (" ..." if len(unheard) > 10 else "")
+    reasons = sorted(set(unheard.values()))
+    rep.warn(
+        f"{len(unheard)} cue(s) have no speech to embed ({'; '.join(reasons)}): cues {listed}; each is "
+        "given the speaker of the nearest cue in time, with confidence 0"
+    )
+    return replace(found, labels=labels, confidence=conf)
+
+
 def run_cast(opts: CastOptions, rep: Reporter) -> dict[str, Any]:
     from fasttts_cli.audio.load import resample
     from fasttts_cli.casting.build import REF_SR, load_source
@@ -226,17 +305,15 @@ def run_cast(opts: CastOptions, rep: Reporter) -> dict[str, Any]:
             # are cut from it, the embeddings read it at their own rate.
             source = load_source(origin)
             audio = resample(source, REF_SR, EMBED_SR)
-        end = len(audio) / EMBED_SR
-        past = [c.index for c in cues if c.start >= end]  # type: ignore[operator]
-        if past:
-            rep.warn(f"{len(past)} cue(s) start after the audio ends ({end:.1f} s): cues {past[:10]}")
+        heard, unheard = _heard(opts, cues, audio)
         with rep.stage("embed"):
-            emb = embed_cues(audio, cues, encoder)
+            emb = embed_cues(audio, [cues[k] for k in heard], encoder)
     finally:
         if closer is not None:
             closer.close()
+    heard, emb = _finite(opts, cues, heard, unheard, emb)
     with rep.stage("cluster"):
-        found = cluster_speakers(emb, opts.speakers)
+        found = _everyone(cluster_speakers(emb, opts.speakers), heard, cues, unheard, rep)
     names = [SPEAKER.format(lab + 1) for lab in found.labels]
     outputs: dict[str, str | None] = {"subtitles": None, "cast": None}
     refs: dict[str, Any] = {}

@@ -146,6 +146,7 @@ def _checkpoint_row(p: Path) -> Check:
 
 
 def check_engines() -> list[Check]:
+    from fasttts_cli.app.engine_load import check_loadable
     from fasttts_cli.spec.engine_folder import read_manifest
     from fasttts_cli.synth.engine_select import ENV_VAR, engines_root, is_checkpoint_dir, select_engine
 
@@ -184,11 +185,14 @@ def check_engines() -> list[Check]:
                 "build one: fasttts build --checkpoint DIR --preset cpu-fp32 (needs the `build` extra)",
             )
         )
+    # The engine `dub` runs without --engine must load as `dub` loads it: if it cannot, the main job
+    # cannot run (exit 3), whatever else is installed.
     try:
         sel = select_engine(None)
+        check_loadable(sel)
         rows.append(Check("engines", "selected by default", INFO, f"{sel.kind}: {sel.reason}"))
     except FastTTSError as e:
-        rows.append(Check("engines", "selected by default", MISSING, e.message, e.hint or ""))
+        rows.append(Check("engines", "selected by default", MISSING, e.message, e.hint or "", required=True))
     return rows
 
 

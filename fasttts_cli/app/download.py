@@ -14,8 +14,11 @@ present in DIR is whole: a second run skips it and asks the network nothing.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import shutil
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -120,25 +123,56 @@ def download_release(
     dest = Path(dest).expanduser()
     if dest.exists() and not dest.is_dir():
         raise UsageError(f"{dest}: exists and is not a folder", hint="give a new or existing folder")
-    dest.mkdir(parents=True, exist_ok=True)
+    made = _made_dirs(dest)
+    try:
+        # huggingface_hub logs every retry of a failing request on stderr ("Retrying in 1s [Retry 1/5]"):
+        # the error below says it once, naming the file.
+        with _hub_logs_quiet():
+            return _fetch(hub, dest, with_qwen, cache_dir, revision, say, made)
+    except BaseException:
+        _remove_if_empty(made)  # folders this run made and left empty; never a file, never one it found
+        raise
+
+
+def _fetch(
+    hub: Any,
+    dest: Path,
+    with_qwen: bool,
+    cache_dir: Path | str | None,
+    revision: str | None,
+    say: Callable[[str], None],
+    made: list[Path],
+) -> DownloadResult:
     result = DownloadResult(dest)
     cache = str(cache_dir) if cache_dir is not None else None
+    offline: list[str] = []  # why the Hub cannot be reached, once asked (then: the cache only)
 
     def get(f: RepoFile) -> Path:
         target = dest / f.target
         if target.is_file():
             result.files.append(_row(f, target, "present"))
             return target
+        if not offline:
+            offline.append(hub_unreachable(hub) or "")
         say(f"{f.repo}: {f.filename}")
         rev = revision if f.repo == MAIN_REPO else None
+        only_cache = {"local_files_only": True} if offline[0] else {}
         try:
-            cached = hub.hf_hub_download(f.repo, filename=f.filename, cache_dir=cache, revision=rev)
+            cached = hub.hf_hub_download(
+                f.repo, filename=f.filename, cache_dir=cache, revision=rev, **only_cache
+            )
         except Exception as e:  # network, auth, offline miss: one line naming the file
+            why = (
+                f"no network ({offline[0]}) and not in the cache"
+                if offline[0]
+                else (f"{type(e).__name__}: {_first_line(e)}")
+            )
             raise FastTTSError(
-                f"could not download {f.filename} from {f.repo}: {type(e).__name__}: {_first_line(e)}",
+                f"could not download {f.filename} from {f.repo}: {why}",
                 hint="check the network (or HF_HUB_OFFLINE / HF_TOKEN) and run the same command again: "
                 "finished files are kept and a partial one resumes",
             ) from None
+        made.extend(_made_dirs(target.parent))
         action = _place(Path(cached), target)
         result.files.append(_row(f, target, action))
         return target
@@ -165,9 +199,52 @@ def download_release(
             if src.is_file():
                 rel = src.relative_to(snap).as_posix()
                 target = dest / rel
+                made.extend(_made_dirs(target.parent))
                 action = "present" if target.is_file() else _place(src, target)
                 result.files.append(_row(RepoFile(MAIN_REPO, rel, rel), target, action))
     return result
+
+
+def hub_unreachable(hub: Any, timeout: float = 5.0) -> str | None:
+    """Why the Hub's endpoint cannot be reached (None: it answers, or the way there is not ours to test:
+    HF_HUB_OFFLINE, which huggingface_hub honours itself, or a proxy). huggingface_hub would retry each
+    request for about 25 s before trying its cache; knowing first, the cache is read at once."""
+    from urllib.parse import urlparse
+
+    proxies = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
+    if os.environ.get("HF_HUB_OFFLINE", "").strip() not in ("", "0") or any(map(os.environ.get, proxies)):
+        return None
+    url = urlparse(str(getattr(getattr(hub, "constants", None), "ENDPOINT", "https://huggingface.co")))
+    host, port = url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as e:
+        return f"{host} unreachable: {e.strerror or type(e).__name__}"
+    return None
+
+
+@contextlib.contextmanager
+def _hub_logs_quiet() -> Any:
+    log = logging.getLogger("huggingface_hub")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+def _made_dirs(folder: Path) -> list[Path]:
+    """Make `folder` (and its missing parents); the ones this call made, outermost first."""
+    missing = [p for p in (folder, *folder.parents) if not p.exists()][::-1]
+    folder.mkdir(parents=True, exist_ok=True)
+    return missing
+
+
+def _remove_if_empty(made: list[Path]) -> None:
+    for d in sorted(set(made), key=lambda p: len(p.parts), reverse=True):  # deepest first
+        with contextlib.suppress(OSError):
+            d.rmdir()  # only an empty folder goes
 
 
 def _read_config(path: Path) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from fasttts_cli.spec import registry
 from fasttts_cli.synth.engine_select import DRAFT, TORCH, EngineSelection
 from fasttts_cli.synth.synthesizer import Synthesizer
 
+TORCH_PRESET = "gpu-torch-fp16"  # what a checkpoint directory runs without --preset
 INDEXTTS25 = "indextts2.5"  # an IndexTTS-2.5 engine folder's model_id (indextts25.components.MODEL_ID25)
 
 # ---- engine loading ------------------------------------------------------------------------------
@@ -49,11 +50,28 @@ def load_synthesizer(
             raise MissingDependencyError(
                 f"the PyTorch backend cannot be loaded ({e})", hint=registry.install_hint(TORCH)
             ) from None
-        return synth.load(selection.path, preset or "gpu-torch-fp16", cache_dir=cache_dir)
+        return synth.load(selection.path, preset or TORCH_PRESET, cache_dir=cache_dir)
     raise MissingDependencyError(
         f"{selection.path}: engine for model {selection.kind!r} is not supported by this fasttts",
         hint="use an IndexTTS-2 engine folder or --engine draft",
     )
+
+
+def check_loadable(selection: EngineSelection) -> None:
+    """What `dub` checks when it loads this engine, short of opening a model (FastTTSError if it would
+    fail): the draft voice's Piper; an engine folder's manifest, components and preset, through
+    load_synthesizer itself (its loading is lazy: no session opens); a checkpoint directory's model files
+    and the torch backend's import (its load reads every weight, too slow for a check)."""
+    if selection.kind != TORCH:
+        load_synthesizer(selection, None).close()
+        return
+    assert selection.path is not None
+    try:
+        torch_synthesizer_class(selection.path)
+    except ImportError as e:
+        raise MissingDependencyError(
+            f"the PyTorch backend cannot be loaded ({e})", hint=registry.install_hint(TORCH)
+        ) from None
 
 
 def torch_synthesizer_class(checkpoint_dir: Path) -> Any:
@@ -104,7 +122,7 @@ def engine_info(selection: EngineSelection, synth: Synthesizer | None, preset: s
         "kind": selection.kind,
         "path": str(selection.path) if selection.path else None,
         "reason": selection.reason,
-        "preset": preset,
+        "preset": getattr(synth, "preset_name", None) or preset or _own_preset(selection),
         "random_weights": random,
     }
     if synth is not None:
@@ -114,6 +132,21 @@ def engine_info(selection: EngineSelection, synth: Synthesizer | None, preset: s
             clones_voice=synth.clones_voice and not random,
         )
     return d
+
+
+def _own_preset(selection: EngineSelection) -> str | None:
+    """The preset an engine runs when none is given (no model loaded: dry runs); None for the draft."""
+    if selection.kind == DRAFT or selection.path is None:
+        return None
+    if selection.kind == TORCH:
+        return TORCH_PRESET
+    from fasttts_cli.errors import FastTTSError
+    from fasttts_cli.spec.engine_folder import read_manifest
+
+    try:
+        return read_manifest(selection.path).preset
+    except FastTTSError:
+        return None  # an unreadable engine fails its own load with a clear message
 
 
 def engine_random_weights(selection: EngineSelection, synth: Synthesizer | None = None) -> bool:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from fasttts_cli.errors import FastTTSError, MissingDependencyError, UsageError
 
 RAY_HINT = "pip install 'fasttts-cli[ray]' (Ray 2.9 or newer)"
 CPUS_PER_SLOT = 4  # a CPU actor's share when --workers is not given: one actor per 4 of the cluster's CPUs
+RESOURCE_WAIT_S = 15.0  # how long a cluster may take to report its CPUs (and GPUs) after ray.init
 # Ray's own recovery of a lost actor before the driver's: restart it (reloading its engine) and retry the
 # task there once.
 ACTOR_RESTARTS = 1
@@ -128,6 +130,41 @@ class _Batch:
     deaths: int = 0
 
 
+def wait_for_resources(ray: Any, timeout: float = RESOURCE_WAIT_S, poll: float = 0.2) -> dict[str, Any]:
+    """The cluster's resource table once it reports CPUs. Right after ray.init a loaded machine's table
+    may come back without its CPU entry (the node not registered yet; a node registers its GPUs with its
+    CPUs): wait for it, a bounded time; what the table holds then is what actor_shares judges."""
+    deadline = time.monotonic() + timeout
+    while True:
+        resources = dict(ray.cluster_resources())
+        if resources.get("CPU", 0) > 0 or time.monotonic() >= deadline:
+            return resources
+        time.sleep(poll)
+
+
+def actor_shares(resources: dict[str, Any], gpu: bool, n: int | None) -> tuple[int, float]:
+    """(actors, CPUs reserved by each): one per GPU for a GPU pool; else `n` (--workers), by default one per
+    CPUS_PER_SLOT CPUs, and at least one: a cluster smaller than a slot still plans on one actor. More
+    actors than CPUs get fractional shares, so every one of them is scheduled (none waits forever)."""
+    cpu = float(resources.get("CPU", 0) or 0)
+    if gpu:
+        n = n or int(resources.get("GPU", 0) or 0)
+        if n < 1:
+            raise UsageError(
+                f"--ray: the cluster reports no GPU for a GPU preset (resources: {resources})",
+                hint="give the cluster GPUs (`ray start --num-gpus N`), or use a CPU preset",
+            )
+        return n, 1.0
+    if cpu <= 0:
+        raise UsageError(
+            f"--ray: the cluster reports no CPU after {RESOURCE_WAIT_S:g} s (resources: {resources})",
+            hint="check the cluster with `ray status`, or plan without Ray: --workers 1",
+        )
+    n = n or max(1, int(cpu // CPUS_PER_SLOT))
+    share = float(cpu // n) if cpu >= n else round(cpu / n, 4)
+    return n, share
+
+
 class RayPool:
     """`n` planner actors on a Ray cluster (see the module's docstring)."""
 
@@ -148,18 +185,14 @@ class RayPool:
         self._identity = ""
         self._owns_ray = connect(ray, address, **(local or {}))
         self.gpu = bool(devices) or needs_gpu(spec)
-        resources = ray.cluster_resources()
-        if n is None:
-            n = len(devices) if devices else None
-        if n is None:
-            n = int(resources.get("GPU", 0)) if self.gpu else int(resources.get("CPU", 1)) // CPUS_PER_SLOT
-        if n < 1:
+        try:
+            resources = wait_for_resources(ray)
+            n, cpus = actor_shares(resources, self.gpu, n if n is not None else len(devices or ()) or None)
+        except FastTTSError:
             self.close()
-            what = "GPU" if self.gpu else "CPU"
-            raise UsageError(f"--ray: the cluster has no {what} slot for an engine ({resources})")
+            raise
         self.workers = n
-        cpus = max(1, int(resources.get("CPU", 1)) // n)
-        self.threads = 1 if self.gpu else cpus
+        self.threads = 1 if self.gpu else max(1, int(cpus))
         opts: dict[str, Any] = {"max_restarts": ACTOR_RESTARTS, "max_task_retries": TASK_RETRIES}
         opts |= {"num_gpus": 1, "num_cpus": 1} if self.gpu else {"num_cpus": cpus}
         self._cls = ray.remote(**opts)(PlannerActor)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import difflib
 import json
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,6 +96,7 @@ class Row:
     line: int  # where it starts in the file
     values: dict[str, Any]  # key -> value as written (None / empty cells left out)
     from_csv: bool = False
+    broken: str | None = None  # why the row could not be read at all (it is a problem, not a stop)
 
 
 @dataclass
@@ -141,13 +143,14 @@ def _jsonl_rows(path: Path, text: str) -> Iterator[Row]:
         try:
             obj = json.loads(raw)
         except json.JSONDecodeError as e:
-            raise InputError(
-                path, f"row {n}: not valid JSON ({e.msg}, column {e.colno})", line=lineno
-            ) from None
+            yield Row(n, lineno, {}, broken=f"not valid JSON ({e.msg}, column {e.colno})")
+            continue
+        except RecursionError:  # json's C decoder gives up on thousands of nested brackets
+            yield Row(n, lineno, {}, broken="not valid JSON (nested too deeply)")
+            continue
         if not isinstance(obj, dict):
-            raise InputError(
-                path, f"row {n}: a job is a JSON object of keys, not {type(obj).__name__}", line=lineno
-            )
+            yield Row(n, lineno, {}, broken=f"a job is a JSON object of keys, not {type(obj).__name__}")
+            continue
         yield Row(n, lineno, {_key(k): v for k, v in obj.items() if v is not None})
 
 
@@ -155,7 +158,17 @@ def _csv_rows(path: Path, text: str) -> Iterator[Row]:
     reader = csv.reader(text.splitlines(keepends=True))
     header: list[str] | None = None
     n, prev = 0, 0
-    for cells in reader:
+    while True:
+        try:
+            cells = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as e:
+            # csv's own limit (131,072 characters a cell) is kept: a manifest cell is a path or a flag
+            # value, none of which is legitimately that long (PATH_MAX is 4,096), so a cell that long
+            # is a broken file (an unclosed quote swallowing the rest, a pasted blob), not a job.
+            what = f"row {n + 1}" if header is not None else "the header"
+            raise InputError(path, f"{what}: not a valid CSV row ({e})", line=prev + 1) from None
         start, prev = prev + 1, reader.line_num
         if not any(c.strip() for c in cells):
             continue
@@ -167,9 +180,8 @@ def _csv_rows(path: Path, text: str) -> Iterator[Row]:
             continue
         n += 1
         if len(cells) > len(header):
-            raise InputError(
-                path, f"row {n}: {len(cells)} cells for {len(header)} columns in the header", line=start
-            )
+            yield Row(n, start, {}, True, f"{len(cells)} cells for {len(header)} columns in the header")
+            continue
         values = {k: c.strip() for k, c in zip(header, cells, strict=False) if c.strip() and k}
         yield Row(n, start, values, from_csv=True)
 
@@ -245,6 +257,14 @@ def _key_of_message(message: str, flags: Mapping[str, Flag]) -> str | None:
     return max(named, key=lambda f: len(f.opt)).name if named else None
 
 
+def row_hint(job: ManifestJob, e: FastTTSError) -> str:
+    """A job's bad-input hint in a batch: which row (and key, when its message names a flag) to fix."""
+    flag = re.match(r"(--[a-z][a-z0-9-]*)\b", e.message)
+    key = f": fix its `{flag.group(1)[2:].replace('-', '_')}` key" if flag else ""
+    where = f"job {job.id} is row {job.row} (line {job.line}) of the manifest{key}"
+    return f"{e.hint}; {where}" if e.hint else where
+
+
 # ---- the whole manifest --------------------------------------------------------------------------
 
 
@@ -262,26 +282,23 @@ def load_jobs(path: Path, parser: DubParser, default_argv: Sequence[str] = ()) -
     jobs: list[ManifestJob] = []
     seen_ids: dict[str, int] = {}
     for row in rows:
+        if row.broken is not None:
+            problems.append(Problem(row.number, None, row.line, None, row.broken))
+            continue
         try:
             rid = _row_id(row)
         except FieldProblem as e:
             problems.append(Problem(row.number, row.values.get(ID), row.line, e.key, e.message))
             continue
-        bad = _row_structure(row, known)
-        if bad:
-            problems += [Problem(row.number, rid, row.line, k, m) for k, m in bad]
-            continue
+        bad = [Problem(row.number, rid, row.line, k, m) for k, m in _row_structure(row, known)]
         if str(rid) in seen_ids:
             first = seen_ids[str(rid)]
-            problems.append(Problem(row.number, rid, row.line, ID, f"id {rid!r} is also row {first}'s"))
-            continue
-        seen_ids[str(rid)] = row.number
-        try:
-            jobs.append(_row_job(row, rid, parser, defaults))
-        except FieldProblem as e:
-            problems.append(Problem(row.number, rid, row.line, e.key, e.message))
-        except FastTTSError as e:
-            problems.append(Problem(row.number, rid, row.line, _key_of_message(e.message, known), e.message))
+            bad.append(Problem(row.number, rid, row.line, ID, f"id {rid!r} is also row {first}'s"))
+        seen_ids.setdefault(str(rid), row.number)
+        job, more = _checked_job(row, rid, parser, defaults, skip_script=any(p.key == SCRIPT for p in bad))
+        problems += bad + more
+        if job is not None and not bad:
+            jobs.append(job)
     problems += _collisions(jobs)
     if problems:
         problems.sort(key=lambda p: p.row)
@@ -302,6 +319,33 @@ def _row_structure(row: Row, known: Mapping[str, Flag]) -> list[tuple[str | None
     elif str(script).strip() == "-":
         out.append((SCRIPT, "a batch job cannot read its script from stdin"))
     return out
+
+
+def _checked_job(
+    row: Row, rid: Any, parser: DubParser, defaults: Mapping[str, Any], *, skip_script: bool
+) -> tuple[ManifestJob | None, list[Problem]]:
+    """The row's job, and every problem of its known keys: dub's parser stops at the first value it
+    refuses, so a refused key is set aside and the rest parsed again until none is refused (unknown keys
+    are left out here; they are problems of their own)."""
+    known = parser.flags
+    values = {k: v for k, v in row.values.items() if k in known or k == ID}
+    if skip_script:
+        values[SCRIPT] = "-"  # a placeholder so the other keys still get checked
+    problems: list[Problem] = []
+    while True:
+        trial = Row(row.number, row.line, values, row.from_csv)
+        try:
+            return _row_job(trial, rid, parser, defaults), problems
+        except FieldProblem as e:
+            key, message = e.key, e.message
+        except FastTTSError as e:
+            if skip_script:  # with the placeholder script, dub's own checks may be about it
+                return None, problems
+            key, message = _key_of_message(e.message, known), e.message
+        problems.append(Problem(row.number, rid, row.line, key, message))
+        if key is None or key not in values or key == SCRIPT:
+            return None, problems
+        values = {k: v for k, v in values.items() if k != key}  # shrinks every round: this ends
 
 
 def _row_job(row: Row, rid: Any, parser: DubParser, defaults: Mapping[str, Any]) -> ManifestJob:

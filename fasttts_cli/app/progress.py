@@ -10,7 +10,8 @@ JSONL events, one object per line, each with "event" and "t" (seconds since star
     stage        {"name", "status": "start"|"done", "seconds"}
     batch_start  {"batch", "lines"}
     batch_done   {"batch", "lines", "seconds", "audio_seconds", "rtf"}
-    line_done    {"line", "cached", "duration", "rtf", "retries", "error"}  (as each line is final)
+    line_done    {"line", "cached", "duration", "rtf", "retries", "error"}  (as each line is final; a
+                 cached line's right after `cache`, with cached true and rtf null)
     stage_progress {"stage", "done", "total", "unit"} (+ "pass" for loudness): a long stage moving; at
                  most one per STAGE_PROGRESS_INTERVAL per stage, plus the first and the last (done = total)
     build_component {"component", "index", "total", "seconds", "elapsed"}: one per component built

@@ -147,6 +147,15 @@ def synthesize_all(
         f"synthesize ({synth.name} engine; work dir {paths.work_dir})"
     )
     rep.event("cache", to_synthesize=len(todo), cached=len(states) - len(todo))
+    for i, meta in hits.items():  # the verified metas: nothing is re-read
+        st = states[i]
+        st.natural_samples, st.sample_rate = int(meta["natural_samples"]), int(meta["sample_rate"])
+        st.retries, st.n_tokens = int(meta.get("retries", 0)), meta.get("n_tokens")
+        st.plan_seed = int(meta.get("plan_seed", st.seed))
+        st.cached = i not in fresh
+        if st.cached:  # final already: its line_done now (a line planned ahead had its own)
+            dur = st.natural_samples / st.sample_rate if st.sample_rate else None
+            rep.line_done(i, cached=True, duration=dur, rtf=None, retries=st.retries)
 
     # Re-batch just the lines to synthesize, with the plan's own rule.
     batches = [list(b.line_indices) for b in plan_job(job.cues, job.voices, counter, o, set(todo)).batches]
@@ -164,12 +173,6 @@ def synthesize_all(
     finally:
         keep_takes(rep, takes, states, cache, paths.work_dir)
 
-    for i, meta in hits.items():  # the verified metas: nothing is re-read
-        st = states[i]
-        st.natural_samples, st.sample_rate = int(meta["natural_samples"]), int(meta["sample_rate"])
-        st.retries, st.n_tokens = int(meta.get("retries", 0)), meta.get("n_tokens")
-        st.plan_seed = int(meta.get("plan_seed", st.seed))
-        st.cached = i not in fresh
     synthesized = fresh | set(todo)
     return states, [i for i in states if i in synthesized]
 

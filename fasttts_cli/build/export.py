@@ -50,6 +50,7 @@ from fasttts_cli.build.host_files import (  # noqa: F401
 from fasttts_cli.build.onnx_io import EXTERNAL_DATA_BYTES, load_model, staged_folder, write_onnx
 from fasttts_cli.build.quiet import quiet_native_output
 from fasttts_cli.errors import FastTTSError, InputError, UsageError
+from fasttts_cli.indextts2.text import TextFrontEnd
 from fasttts_cli.nets.checkpoint import CheckpointPaths, IndexTTS2Modules, load_checkpoint
 from fasttts_cli.spec.engine_folder import ComponentEntry, Manifest, component_sha256, write_manifest
 from fasttts_cli.spec.presets import ComponentSpec, Preset, load_preset
@@ -328,6 +329,9 @@ def build_engine(
         raise UsageError(f"--out {out}: already exists", hint="choose another folder or pass --overwrite")
     say(f"loading checkpoint {paths.root}")
     m = load_checkpoint(paths)
+    # The tokenizer is copied, not exported: read it now, so a damaged bpe.model is exit 2 naming it here
+    # rather than an engine folder that every dub then refuses.
+    TextFrontEnd.load(m.bpe_model)
     with staged_folder(out) as tmp:
         entries: dict[str, ComponentEntry] = {}
         build_info: dict[str, Any] = {}

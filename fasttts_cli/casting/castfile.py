@@ -9,6 +9,7 @@ value types a cast holds (strings, numbers, lists of them), so no TOML library i
 
 from __future__ import annotations
 
+import json
 import math
 import tomllib
 from collections.abc import Mapping
@@ -93,7 +94,7 @@ def write_cast(path: Path, entries: list[CastEntry]) -> Path:
 
 
 def read_cast(path: Path, flag: str = "--cast") -> list[CastEntry]:
-    """The entries of a cast file; every problem is an InputError naming the file and the speaker."""
+    """The entries of a cast file; every problem is an InputError naming the file, the speaker and the key."""
     path = Path(path).expanduser()
     if not path.is_file():
         raise InputError(path, f"{flag}: no such cast file", hint=CAST_HINT)
@@ -101,30 +102,84 @@ def read_cast(path: Path, flag: str = "--cast") -> list[CastEntry]:
         doc = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise InputError(path, f"{flag}: not a valid TOML cast file: {e}", hint=CAST_HINT) from None
+    except OSError as e:
+        raise InputError(
+            path, f"{flag}: cannot read the cast file: {e.strerror or e}", hint=CAST_HINT
+        ) from None
     speakers = doc.get("speakers")
     if not isinstance(speakers, dict) or not speakers:
         raise InputError(path, f"{flag}: no [speakers.NAME] tables", hint=CAST_HINT)
+    return [_entry(path, flag, name, t) for name, t in speakers.items()]
+
+
+_KNOWN = ("reference", "source", "source_sha256", "spans", "seconds", "score")
+
+
+def _entry(path: Path, flag: str, name: str, t: Any) -> CastEntry:
+    """One [speakers.NAME] table, every key checked for its type and shape (TOML lets any key hold a
+    table, a date, an array of anything, inf or nan: each is refused by name, not let through to fail
+    later as an internal error)."""
+
+    def bad(key: str, what: str) -> InputError:
+        shown = json.dumps(t[key], default=str) if isinstance(t, dict) and key in t else "?"
+        return InputError(path, f"{flag}: [speakers.{name}] {key} = {shown[:80]}: {what}", hint=CAST_HINT)
+
+    if not isinstance(t, dict) or not isinstance(t.get("reference"), str):
+        raise InputError(path, f'{flag}: [speakers.{name}] has no reference = "FILE.wav"', hint=CAST_HINT)
+    ref = Path(t["reference"]).expanduser()
+    ref = ref if ref.is_absolute() else path.parent / ref
+    if not ref.is_file():
+        raise InputError(path, f"{flag}: speaker {name!r}: reference {str(ref)!r} not found", hint=CAST_HINT)
+    for key in ("source", "source_sha256"):
+        if not isinstance(t.get(key, ""), str):
+            raise bad(key, "expected a string")
+    for key in ("seconds", "score"):
+        if _finite(t.get(key, 0.0)) is None:
+            raise bad(key, "expected a finite number")
+    pairs = _spans(t.get("spans", []))
+    if pairs is None:
+        raise bad("spans", "expected a list of [start, end] pairs of seconds, 0 <= start <= end")
+    extra = {k: v for k, v in t.items() if k not in _KNOWN}
+    if "cues" in extra and not (
+        isinstance(extra["cues"], list) and all(type(c) is int and c >= 0 for c in extra["cues"])
+    ):
+        raise bad("cues", "expected a list of cue numbers")
+    if "confidence" in extra and not (
+        isinstance(extra["confidence"], list) and all(_finite(c) is not None for c in extra["confidence"])
+    ):
+        raise bad("confidence", "expected a list of finite numbers")
+    for key, v in extra.items():  # the cast is written back (a dub's work folder): what it cannot hold
+        try:
+            _value(v)
+        except (TypeError, ValueError):
+            raise bad(key, "a cast file holds strings, numbers and lists of them here") from None
+    return CastEntry(
+        name=name,
+        reference=ref,
+        source=t.get("source", ""),
+        source_sha256=t.get("source_sha256", ""),
+        spans=pairs,
+        seconds=float(t.get("seconds", 0.0)),
+        score=float(t.get("score", 0.0)),
+        extra=extra,
+    )
+
+
+def _spans(v: Any) -> list[tuple[float, float]] | None:
+    """[[start, end], ...] as pairs of seconds; None if it is anything else."""
+    if not isinstance(v, list):
+        return None
     out = []
-    for name, t in speakers.items():
-        if not isinstance(t, dict) or not isinstance(t.get("reference"), str):
-            raise InputError(path, f'{flag}: [speakers.{name}] has no reference = "FILE.wav"', hint=CAST_HINT)
-        ref = Path(t["reference"]).expanduser()
-        ref = ref if ref.is_absolute() else path.parent / ref
-        if not ref.is_file():
-            raise InputError(
-                path, f"{flag}: speaker {name!r}: reference {str(ref)!r} not found", hint=CAST_HINT
-            )
-        known = {"reference", "source", "source_sha256", "spans", "seconds", "score"}
-        out.append(
-            CastEntry(
-                name=name,
-                reference=ref,
-                source=str(t.get("source", "")),
-                source_sha256=str(t.get("source_sha256", "")),
-                spans=[(float(a), float(b)) for a, b in t.get("spans", [])],
-                seconds=float(t.get("seconds", 0.0)),
-                score=float(t.get("score", 0.0)),
-                extra={k: v for k, v in t.items() if k not in known},
-            )
-        )
+    for p in v:
+        a, b = (_finite(p[0]), _finite(p[1])) if isinstance(p, list) and len(p) == 2 else (None, None)
+        if a is None or b is None or a < 0 or b < a:
+            return None
+        out.append((a, b))
     return out
+
+
+def _finite(v: Any) -> float | None:
+    """v as a float if it is a finite number (not a bool, which TOML keeps apart but Python does not)."""
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+        return None
+    return float(v)

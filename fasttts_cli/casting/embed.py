@@ -12,16 +12,22 @@ from __future__ import annotations
 
 import sys
 import types
+import warnings
 from collections.abc import Callable, Sequence
 from importlib import metadata, util
 from typing import Protocol
 
 import numpy as np
 
+from fasttts_cli.audio.load import db_to_gain
 from fasttts_cli.dubbing.cues import Cue
 from fasttts_cli.errors import MissingDependencyError
 
 EMBED_SR = 16000  # both encoders' input rate
+# A cue quieter than this holds no voice to embed: speech in a film's dialogue sits around -30 to -20 dBFS
+# RMS, a quiet line near -45; below -60 is room tone or a muted track, whose embedding is the encoder's
+# reaction to nothing (or NaN, digital silence) and would make a speaker of its own.
+SILENCE_DBFS = -60.0
 CAST_HINT = "pip install 'fasttts-cli[cast]'  (resemblyzer, with torch==2.13.0), or configure an engine"
 
 
@@ -94,14 +100,37 @@ def cue_audio(audio: np.ndarray, sr: int, cue: Cue) -> np.ndarray:
     return audio[int(cue.start * sr) : int(np.ceil(cue.end * sr))]
 
 
+def silent(audio: np.ndarray) -> bool:
+    """No voice to embed: RMS under SILENCE_DBFS (digital silence, a muted track, a hiss floor)."""
+    x = np.asarray(audio, dtype=np.float64)
+    return len(x) == 0 or float(np.sqrt(np.mean(x * x))) < db_to_gain(SILENCE_DBFS)
+
+
+def unheard_cues(audio_16k: np.ndarray, cues: Sequence[Cue]) -> dict[int, str]:
+    """Position in `cues` -> why that cue has no audio to embed (past the audio's end, or silent)."""
+    end = len(audio_16k) / EMBED_SR
+    out: dict[int, str] = {}
+    for k, cue in enumerate(cues):
+        if cue.start is not None and cue.start >= end:
+            out[k] = f"past the end of the audio ({end:.1f} s)"
+        elif silent(cue_audio(audio_16k, EMBED_SR, cue)):
+            out[k] = f"silent (under {SILENCE_DBFS:g} dBFS)"
+    return out
+
+
 def embed_cues(audio_16k: np.ndarray, cues: Sequence[Cue], encoder: SpeakerEncoder) -> np.ndarray:
-    """(len(cues), d) L2-normalised embeddings of each timed cue's audio (cosine = dot product)."""
+    """(len(cues), d) L2-normalised embeddings of each timed cue's audio (cosine = dot product). A row
+    the encoder could not make finite (audio it cannot read as a voice) is NaN: the caller sets it aside.
+    The encoders' own numpy warnings on such audio (a log of zero energy) are theirs, not the user's."""
     rows = []
     for cue in cues:
         seg = cue_audio(audio_16k, EMBED_SR, cue)
-        if len(seg) < EMBED_SR // 10:  # under 0.1 s (a cue past the audio's end): pad with silence
+        if len(seg) < EMBED_SR // 10:  # under 0.1 s (a cue ending past the audio): pad with silence
             seg = np.concatenate([seg, np.zeros(EMBED_SR // 10 - len(seg), np.float32)])
-        rows.append(encoder.embed(seg))
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore", RuntimeWarning)
+            rows.append(encoder.embed(seg))
     emb = np.stack(rows).astype(np.float64)
     norms = np.linalg.norm(emb, axis=1, keepdims=True)
-    return emb / np.maximum(norms, 1e-12)
+    with np.errstate(all="ignore"):
+        return emb / np.maximum(norms, 1e-12)

@@ -159,6 +159,8 @@ def _human(r: dict[str, Any]) -> None:
         else:
             code = "" if j["exit_code"] is None else f" (exit {j['exit_code']})"
             print(f"{j['id']}: {j['status'].replace('_', ' ')}{code}: {j['error']}")
+            if j.get("hint"):  # what to do: for a job's own bad input, which manifest row and key
+                print(f"  hint: {j['hint']}")
     if r.get("jobs"):
         from fasttts_cli.app.batch_progress import summary_line
 

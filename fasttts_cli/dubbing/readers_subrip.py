@@ -47,6 +47,34 @@ def _times(m: re.Match[str], line: str, path: Path, n: int, example: str) -> tup
         ) from None
 
 
+class _Untidy:
+    """Timing lines read although they are not in the format's own notation (a foreign separator before
+    the milliseconds, `->` for `-->`): one warning per kind, naming its first line and how many more."""
+
+    def __init__(self, path: Path, sep: str, fmt: str) -> None:
+        self.path, self.sep, self.fmt = path, sep, fmt
+        self.seen: dict[str, list[tuple[int, str]]] = {}
+
+    def check(self, m: re.Match[str], line: str, n: int) -> None:
+        marks = {m.string[m.end(g)] for g in (3, 7) if m.group(g + 1) is not None}  # the char before ms
+        kinds = [
+            f"{c!r} before the milliseconds ({self.fmt} writes {self.sep!r})"
+            for c in sorted(marks - {self.sep})
+        ]
+        if "-->" not in line:
+            kinds.append("an arrow other than '-->'")
+        for k in kinds:
+            self.seen.setdefault(k, []).append((n, line))
+
+    def warnings(self) -> list[str]:
+        out = []
+        for kind, where in self.seen.items():
+            n, line = where[0]
+            more = f", and {len(where) - 1} more such line(s)" if len(where) > 1 else ""
+            out.append(f"{self.path}:{n}: untidy timing line {quote(line)}: {kind}{more}; read anyway")
+        return out
+
+
 def _malformed(path: Path, line: str, n: int, example: str) -> InputError:
     return InputError(
         path,
@@ -76,6 +104,7 @@ def read_srt(text: str, path: Path, kind: str, styles: object = None) -> FormatR
     lines = text.replace("\ufeff", "").split("\n")
     n_lines = len(lines)
     out = FormatRead()
+    untidy = _Untidy(path, ",", "SRT")
     cur: tuple[int, float, float, list[str]] | None = None
 
     def close() -> None:
@@ -123,6 +152,7 @@ def read_srt(text: str, path: Path, kind: str, styles: object = None) -> FormatR
             m = _SRT_TIMING.fullmatch(timing)
             assert m is not None
             start, end = _times(m, timing, path, timing_at + 1, _SRT_EXAMPLE)
+            untidy.check(m, timing, timing_at + 1)
             cur = (timing_at + 1, start, end, [])
             i, prev_blank = timing_at + 1, False
             continue
@@ -142,6 +172,7 @@ def read_srt(text: str, path: Path, kind: str, styles: object = None) -> FormatR
     close()
     if not out.events:
         raise InputError(path, "no cues found (read as SRT)", line=1, hint="is this the right file?")
+    out.warnings += untidy.warnings()
     return out
 
 
@@ -170,6 +201,7 @@ def read_vtt(text: str, path: Path, kind: str, styles: object = None) -> FormatR
     if not lines[0].startswith("WEBVTT"):
         raise InputError(path, "not a WebVTT file: the first line must be WEBVTT", line=1)
     out = FormatRead()
+    untidy = _Untidy(path, ".", "WebVTT")
     i = 1
     # Header lines (Kind:, Language:, ...) up to the first blank line. A timing line there (a file with no
     # blank line after WEBVTT) starts the first cue: the W3C parser would drop that cue, losing its text.
@@ -202,6 +234,7 @@ def read_vtt(text: str, path: Path, kind: str, styles: object = None) -> FormatR
         if m is None:
             raise _malformed(path, timing, i + 1, _VTT_EXAMPLE)
         start, end = _times(m, timing, path, i + 1, _VTT_EXAMPLE)
+        untidy.check(m, timing, i + 1)
         line_no = i + 1
         i += 1
         body: list[str] = []
@@ -217,4 +250,5 @@ def read_vtt(text: str, path: Path, kind: str, styles: object = None) -> FormatR
         raise InputError(
             path, "no cues found after the WEBVTT header", line=1, hint="is this the right file?"
         )
+    out.warnings += untidy.warnings()
     return out

@@ -87,10 +87,15 @@ def parse_voice_flags(values: Iterable[str]) -> VoiceMap:
             given[speaker_key(name)] = FROM_VIDEO
             continue
         path = Path(path_text).expanduser()
-        if not path.exists():
-            raise InputError(f"--voice {value}", f"voice file {str(path)!r} not found", hint=VOICE_HINT)
-        if not path.is_file():
-            raise InputError(f"--voice {value}", f"{str(path)!r} is not a file", hint=VOICE_HINT)
+        if not path.exists() or not path.is_file():
+            who = f"speaker {name}'s" if name is not None else "the default"
+            what = "not found" if not path.exists() else "is not a file"
+            raise InputError(
+                f"--voice {value}",
+                f"{who} voice file {str(path)!r} {what}",
+                hint="fix the path to the reference audio (a relative path is read from the folder "
+                f"fasttts runs in, {Path.cwd()}), or give that speaker another recording",
+            )
         if name is None:
             if default is not None:
                 raise UsageError(

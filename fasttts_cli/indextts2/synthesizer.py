@@ -122,6 +122,11 @@ class IndexTTS2Synthesizer:
         return load_text_front_end(folder, manifest).count_tokens
 
     @property
+    def preset_name(self) -> str:
+        """The preset the engine runs (the flag's, else the engine's own), as `--json` reports it."""
+        return str(self.engine.preset.name)
+
+    @property
     def random_weights(self) -> bool:
         """Built from a random-weight checkpoint (manifest `random_weights`): speaks noise, clones nothing."""
         manifest = getattr(self.engine, "manifest", None)

@@ -11,7 +11,6 @@ hop * lengths[b] are zero. Without it, the original's computation on the whole a
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -24,8 +23,7 @@ from torch import nn
 
 from fasttts_cli.errors import InputError
 from fasttts_cli.nets.wavenet import WNConv1d, WNConvTranspose1d, row_mask
-from fasttts_cli.nets.weights import CheckpointKeyError, strict_load, torch_load
-from fasttts_cli.spec.text_files import parse_text_file
+from fasttts_cli.nets.weights import CheckpointKeyError, json_config, strict_load, torch_load
 
 
 @dataclass(frozen=True)
@@ -313,13 +311,7 @@ def load_bigvgan(folder: Path) -> BigVGAN:
     """Read `folder/config.json` and `folder/bigvgan_generator.pt` with strict keys."""
     folder = Path(folder)
     cfg_path, pt_path = folder / "config.json", folder / "bigvgan_generator.pt"
-    if not cfg_path.is_file():
-        raise InputError(
-            cfg_path,
-            "file not found",
-            hint="point at the BigVGAN folder (config.json + bigvgan_generator.pt)",
-        )
-    h = parse_text_file(cfg_path, json.loads, json.JSONDecodeError, "JSON")
+    h = json_config(cfg_path, hint="point at the BigVGAN folder (config.json + bigvgan_generator.pt)")
     blob = torch_load(pt_path)
     if not isinstance(blob, Mapping) or not isinstance(blob.get("generator"), Mapping):
         raise CheckpointKeyError(pt_path, "missing key generator (expected {'generator': state_dict})")
@@ -332,7 +324,7 @@ def load_bigvgan(folder: Path) -> BigVGAN:
             filter_kernel=_dim(sd, "activation_post.upsample.filter", -1, pt_path),
         )
         model = BigVGAN(cfg)
-    except (KeyError, ValueError, TypeError) as e:
+    except (KeyError, ValueError, TypeError, AttributeError) as e:
         raise InputError(cfg_path, f"unsupported or incomplete BigVGAN config: {e}") from None
     strict_load(model, sd, pt_path, prefix="generator/")
     return model.eval()

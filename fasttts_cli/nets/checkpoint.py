@@ -249,6 +249,7 @@ def load_checkpoint(paths: CheckpointPaths | Path | str) -> IndexTTS2Modules:
     from fasttts_cli.nets.s2mel import load_s2mel
     from fasttts_cli.nets.unified_voice import load_unified_voice
     from fasttts_cli.nets.w2v_bert import load_w2v_bert
+    from fasttts_cli.nets.weights import built_from
 
     if not isinstance(paths, CheckpointPaths):
         paths = CheckpointPaths(Path(paths))
@@ -264,7 +265,7 @@ def load_checkpoint(paths: CheckpointPaths | Path | str) -> IndexTTS2Modules:
     rp = paths.resolve(cfg)
     rp.check_exist()
     n_proto = sum(cfg.emo_num)
-    with torch.no_grad():
+    with torch.no_grad(), built_from(rp.config):
         w2v = load_w2v_bert(rp.w2v_bert, rp.w2v_stat)
         width = int(w2v.mean.numel())
         mean, var = read_w2v_stats(rp.w2v_stat, width)

@@ -113,6 +113,7 @@ def load_checkpoint25(root: Path | str, config: Path | str | None = None) -> Ind
     from fasttts_cli.nets.s2mel25 import load_s2mel25
     from fasttts_cli.nets.unified_voice25 import load_unified_voice25
     from fasttts_cli.nets.w2v_bert import load_w2v_bert
+    from fasttts_cli.nets.weights import built_from
 
     root = Path(root).expanduser()
     if not root.is_dir():
@@ -136,7 +137,7 @@ def load_checkpoint25(root: Path | str, config: Path | str | None = None) -> Ind
             f"up to {n_ranks + N_SPECIAL - 1} ({n_ranks} ranks + {N_SPECIAL} special tokens)",
         )
     extras: dict[str, tuple[str, ...]] = {}
-    with torch.no_grad():
+    with torch.no_grad(), built_from(cfg_path):
         w2v = load_w2v_bert(rp.w2v_bert, rp.w2v_stat)
         width = int(w2v.mean.numel())
         mean, var = read_w2v_stats(rp.w2v_stat, width)

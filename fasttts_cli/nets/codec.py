@@ -18,7 +18,7 @@ from torch import nn
 
 from fasttts_cli.errors import InputError
 from fasttts_cli.nets.config import SemanticCodecConfig
-from fasttts_cli.nets.weights import CheckpointKeyError, strict_load
+from fasttts_cli.nets.weights import CheckpointKeyError, safetensors_load, strict_load
 
 
 class WNConv1d(nn.Module):
@@ -217,12 +217,8 @@ def check_sizes(path: Path, sizes: SemanticCodecConfig, cfg: Mapping[str, Any]) 
 def load_codec(path: Path | str, cfg: dict | None = None) -> SemanticCodec:
     """Load `semantic_codec_model.safetensors` strictly (decoder keys included). `cfg` is config.yaml's
     `semantic_codec` block; every size it names must agree with the tensors."""
-    from safetensors.torch import load_file
-
     path = Path(path)
-    if not path.is_file():
-        raise InputError(path, "file not found", hint="expected hf_cache/semantic_codec_model.safetensors")
-    state = load_file(str(path))
+    state = safetensors_load(path, hint="expected hf_cache/semantic_codec_model.safetensors")
     sizes = codec_sizes_from_state(state, path)
     if cfg:
         check_sizes(path, sizes, cfg)

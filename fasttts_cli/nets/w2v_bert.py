@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from fasttts_cli.errors import InputError
-from fasttts_cli.nets.weights import strict_load, torch_load
+from fasttts_cli.nets.weights import checkpoint_file, safetensors_load, strict_load, torch_load
 
 W2V_LAYER = 17  # the original uses hidden_states[17]: the output of encoder layer 17 (index 0 = projection)
 
@@ -140,9 +140,8 @@ def _w2v_config(folder: Path, layer: int, all_layers: bool = False):
     from transformers import Wav2Vec2BertConfig
 
     cfg_path = folder / "config.json"
-    if not cfg_path.is_file():
-        raise InputError(cfg_path, "file not found", hint="the w2v-bert-2.0 folder needs config.json")
-    cfg = Wav2Vec2BertConfig.from_json_file(str(cfg_path))
+    with checkpoint_file(cfg_path, hint="the w2v-bert-2.0 folder needs config.json"):
+        cfg = Wav2Vec2BertConfig.from_json_file(str(cfg_path))
     if cfg.position_embeddings_type != "relative_key":
         # The other types are transformers features IndexTTS-2 never used; reject rather than guess.
         raise InputError(
@@ -166,15 +165,12 @@ def load_w2v_bert(
     `all_layers` builds and runs every layer of the config, as the original does (only the benchmark's
     eager side wants that: the output is the same layer-`layer` features, at the original's cost).
     """
-    from safetensors.torch import load_file
     from transformers import Wav2Vec2BertModel
 
     folder, stats_path = Path(folder), Path(stats_path)
     cfg = _w2v_config(folder, layer, all_layers)
     weights = folder / "model.safetensors"
-    if not weights.is_file():
-        raise InputError(weights, "file not found", hint="the w2v-bert-2.0 folder needs model.safetensors")
-    state = load_file(str(weights))
+    state = safetensors_load(weights, hint="the w2v-bert-2.0 folder needs model.safetensors")
     state = {k.removeprefix("wav2vec2_bert."): v for k, v in state.items()}  # hub snapshots may carry it
     n_file = 1 + max((int(k.split(".")[2]) for k in state if k.startswith("encoder.layers.")), default=-1)
     with torch.device("meta"):

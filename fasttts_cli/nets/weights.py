@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from fasttts_cli.errors import InputError
+from fasttts_cli.errors import FastTTSError, InputError
+
+CHECK_HINT = "check the checkpoint directory or the flag pointing at it"
 
 
 class CheckpointKeyError(InputError):
@@ -64,13 +69,61 @@ def split_known(
     return {k: v for k, v in state.items() if not k.startswith(prefixes)}, extras
 
 
-def torch_load(path: Path) -> object:
-    """torch.load with weights_only (no arbitrary pickle code), mapping errors to a clear message."""
+@contextmanager
+def checkpoint_file(path: Path, hint: str = CHECK_HINT) -> Iterator[Path]:
+    """The one guard of every read of a checkpoint file (torch, safetensors, JSON, YAML, tokenizer): a
+    missing file, or one its reader refuses in any way (truncated, corrupt, the wrong format; every
+    library raises its own types), is an InputError naming the file (exit 2), never an internal error."""
+    path = Path(path)
     if not path.is_file():
-        raise InputError(
-            path, "file not found", hint="check the checkpoint directory or the flag pointing at it"
-        )
+        raise InputError(path, "file not found", hint=hint)
     try:
+        yield path
+    except (FastTTSError, MemoryError):
+        raise
+    except Exception as e:  # each reader has its own error types: all mean "unreadable"
+        why = str(e).strip().splitlines()[0][:160] if str(e).strip() else type(e).__name__
+        raise InputError(
+            path, f"cannot load ({why}); the file is damaged or not the expected format", hint=hint
+        ) from None
+
+
+@contextmanager
+def built_from(config: Path) -> Iterator[None]:
+    """Modules built from `config`'s sizes: a setting no module can take (a negative width, a zero
+    head count) fails inside torch with its own error; it is an InputError naming the config (exit 2).
+    The files' own errors are named by checkpoint_file and strict_load before they get here."""
+    try:
+        yield
+    except (FastTTSError, MemoryError):
+        raise
+    except Exception as e:  # torch.nn's constructors raise RuntimeError, ValueError, ZeroDivisionError...
+        why = str(e).strip().splitlines()[0][:160] if str(e).strip() else type(e).__name__
+        raise InputError(
+            config,
+            f"the model cannot be built from these settings ({type(e).__name__}: {why})",
+            hint="check config.yaml's sizes against the checkpoint it came with",
+        ) from None
+
+
+def torch_load(path: Path) -> object:
+    """torch.load with weights_only (no arbitrary pickle code), through the checkpoint-file guard."""
+    with checkpoint_file(path):
         return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # torch raises many types for corrupt files
-        raise InputError(path, f"cannot load: {e}") from None
+
+
+def safetensors_load(path: Path, hint: str = CHECK_HINT) -> dict[str, torch.Tensor]:
+    """A .safetensors file's tensors, through the checkpoint-file guard (a truncated file is exit 2)."""
+    from safetensors.torch import load_file
+
+    with checkpoint_file(path, hint):
+        return load_file(str(path))
+
+
+def json_config(path: Path, hint: str = CHECK_HINT) -> dict[str, Any]:
+    """A checkpoint's JSON config (an object of keys), through the checkpoint-file guard."""
+    with checkpoint_file(path, hint):
+        data = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict):
+        raise InputError(path, f"expected a JSON object of settings, got {type(data).__name__}", hint=hint)
+    return data

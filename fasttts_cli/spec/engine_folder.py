@@ -87,8 +87,10 @@ def read_manifest(folder: Path, *, expect_model: str | None = None) -> Manifest:
         raise MissingDependencyError(f"{path}: missing; {folder} is not an engine folder")
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, ValueError, RecursionError) as e:  # ValueError: bad JSON or not UTF-8
         raise EngineMismatchError(f"{path}: unreadable manifest: {e}") from None
+    if not isinstance(raw, dict):
+        raise EngineMismatchError(f"{path}: a manifest is a JSON object, not {type(raw).__name__}")
     fv = raw.get("format_version")
     if fv != FORMAT_VERSION:
         raise EngineMismatchError(
@@ -97,16 +99,17 @@ def read_manifest(folder: Path, *, expect_model: str | None = None) -> Manifest:
         )
     try:
         m = Manifest.from_dict(raw)
-    except TypeError as e:
+        paths = [(f"component {n!r} file {c.file}", folder / c.file) for n, c in m.components.items()]
+        paths += [
+            (f"file {rel} ({key}) listed in the manifest", folder / rel) for key, rel in m.files.items()
+        ]
+    except (TypeError, AttributeError, ValueError) as e:  # a key of the wrong type or shape
         raise EngineMismatchError(f"{path}: manifest does not match the expected schema: {e}") from None
     if expect_model is not None and m.model_id != expect_model:
         raise EngineMismatchError(f"{path}: engine is for model {m.model_id!r}, expected {expect_model!r}")
-    for name, comp in m.components.items():
-        if not (folder / comp.file).exists():
-            raise EngineMismatchError(f"{folder}: component {name!r} file {comp.file} is missing")
-    for key, rel in m.files.items():
-        if not (folder / rel).exists():
-            raise EngineMismatchError(f"{folder}: file {rel} ({key}) listed in the manifest is missing")
+    for what, file in paths:
+        if not file.exists():
+            raise EngineMismatchError(f"{folder}: {what} is missing")
     return m
 
 

@@ -56,9 +56,10 @@ def _resolve(value: str, source: str) -> EngineSelection:
             import json
 
             try:
-                model = json.loads((c / MANIFEST).read_text(encoding="utf-8")).get("model_id", "indextts2")
-            except (OSError, ValueError):
-                model = "indextts2"
+                raw = json.loads((c / MANIFEST).read_text(encoding="utf-8"))
+            except (OSError, ValueError, RecursionError):
+                raw = {}  # unreadable: the engine's own load says so, naming the manifest
+            model = raw.get("model_id", "indextts2") if isinstance(raw, dict) else "indextts2"
             return EngineSelection(str(model), c, f"{source}={value}")
     raise MissingDependencyError(
         f"{source}: {value!r} is not an engine folder (no {MANIFEST} in {', '.join(map(str, candidates))})",
