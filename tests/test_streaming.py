@@ -10,16 +10,22 @@ locality, so a trained engine should sit closer; benchmarks/serve_bench.py --dis
 
 from __future__ import annotations
 
+import json
+import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+import soundfile as sf
 
 from fasttts_cli.indextts2.engine import noise_generator, segment_seed_generator
 from fasttts_cli.indextts2.line_options import line_options
 from fasttts_cli.indextts2.streaming import hann_fade, stream_noise, whole_rendering
 from fasttts_cli.synth.synthesizer import SynthRequest, stream_rows
 from tests.conftest_engine import *  # noqa: F403
+from tests.test_draft import needs_piper
 
 TEXT = "Hello there, this is a streamed line."
 PRESET = Path(__file__).resolve().parent.parent / "presets" / "cpu-fp32.toml"
@@ -151,3 +157,50 @@ def test_a_bad_stream_table_is_refused_naming_it(tmp_path: Path, bad: dict[str, 
 
     with pytest.raises(InputError, match="stream"):
         load_preset(stream_preset(tmp_path, **bad))
+
+
+def _synth_cli(*args: str, engine: Path, preset: Path, voice: Path) -> subprocess.CompletedProcess[bytes]:
+    cmd = [sys.executable, "-m", "fasttts_cli", "synth", TEXT, "--voice", str(voice), "--engine", str(engine)]
+    return subprocess.run(
+        [*cmd, "--preset", str(preset), "--stream", *args], capture_output=True, timeout=300
+    )
+
+
+def test_synth_stream_to_a_pipe_and_to_a_growing_file(
+    tiny_engine_dir: Path, voice_wav: Path, tmp_path: Path
+) -> None:
+    preset = stream_preset(tmp_path, max_tokens=60)
+    kw = {"engine": tiny_engine_dir, "preset": preset, "voice": voice_wav}
+    piped = _synth_cli("-o", "-", **kw)  # stdout is a pipe: the streaming header stays
+    assert piped.returncode == 0, piped.stderr.decode()
+    head, data = piped.stdout[:44], piped.stdout[44:]
+    assert head[:4] == b"RIFF" and struct.unpack("<I", head[40:44])[0] == 0xFFFFFFFF
+    out = tmp_path / "line.wav"
+    done = _synth_cli("-o", str(out), "--json", **kw)
+    assert done.returncode == 0, done.stderr.decode()
+    r = json.loads(done.stdout)
+    audio, sr = sf.read(out, dtype="int16")  # the header was finalized: an ordinary WAV
+    assert r["stream"] and r["samples"] == audio.size == len(data) // 2 and sr == r["sample_rate"]
+    assert r["first_audio_s"] > 0 and r["rtf"] > 0
+    assert np.array_equal(audio, np.frombuffer(data, "<i2"))  # the same line both ways
+    bad = _synth_cli("-o", "-", "--duration", "1.0", **kw)
+    assert bad.returncode == 2 and b"--duration with --stream" in bad.stderr
+    assert _synth_cli("-o", str(tmp_path / "x.flac"), **kw).returncode == 2
+
+
+@needs_piper
+def test_the_draft_voice_streams_what_piper_gives(voice_wav: Path) -> None:
+    from fasttts_cli.synth.draft import DraftSynthesizer
+
+    s = DraftSynthesizer(deterministic=True)
+    reqs = [
+        SynthRequest(
+            "1",
+            "Hello there. This second sentence is longer than the first one.",
+            s.prepare_voice(voice_wav),
+            1,
+        )
+    ]
+    (res,), chunks = streamed(s, reqs)
+    whole = s.synthesize(reqs)[0]
+    assert res.ok and len(chunks[0]) > 1 and np.array_equal(res.audio, whole.audio)
