@@ -388,6 +388,7 @@ from fasttts_cli.cli import bench as cli_bench  # noqa: E402, F401
 from fasttts_cli.cli import cast as cli_cast  # noqa: E402, F401
 from fasttts_cli.cli import batch as cli_batch  # noqa: E402, F401
 from fasttts_cli.cli import review as cli_review  # noqa: E402, F401
+from fasttts_cli.cli import serve as cli_serve  # noqa: E402, F401
 # isort: on
 
 # ---- entry point ---------------------------------------------------------------------------------
