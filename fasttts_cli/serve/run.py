@@ -6,8 +6,10 @@ SIGTERM or Ctrl-C: uvicorn stops listening at once, waits for the responses in f
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
+import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,7 +119,7 @@ def serve(o: ServeOptions, warn: Any = None) -> dict[str, Any]:
             lifespan="on",
         )
         print(f"fasttts serve: {len(voices)} voices on http://{o.host}:{o.port}", file=sys.stderr, flush=True)
-        uvicorn.Server(config).run()
+        _run_until_stopped(uvicorn.Server(config))
     finally:
         synth.close()
     return {
@@ -127,6 +129,19 @@ def serve(o: ServeOptions, warn: Any = None) -> dict[str, Any]:
         "errors": metrics.value("errors_total"),
         "rejected": metrics.value("rejected_total"),
     }
+
+
+def _run_until_stopped(server: Any) -> None:
+    """uvicorn's run; SIGTERM is its graceful stop, after which uvicorn raises the signal again for the
+    handler it found: that handler is a no-op here, so a served-out SIGTERM exits 0 (Ctrl-C stays 130)."""
+    previous = None
+    with contextlib.suppress(ValueError):  # not the main thread (an embedding program): leave signals be
+        previous = signal.signal(signal.SIGTERM, lambda *_: None)
+    try:
+        server.run()
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _loopback(host: str) -> bool:
