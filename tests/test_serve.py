@@ -1,5 +1,6 @@
 """`fasttts serve` as a real process on 127.0.0.1: the tiny engine (one server for the module) and the draft
-voice (a second, with an API key and a one-place queue), driven by the official `openai` client and http.client.
+voice (a second, with an API key and a one-place queue), driven by the official `openai` client and the
+standard library's http.client.
 
 Every load loop is bounded in count and time and targets loopback only.
 """
@@ -124,7 +125,8 @@ def tiny(
     tiny_engine_dir: Path, voices_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Server]:
     tmp = tmp_path_factory.mktemp("serve-tiny")
-    preset = stream_preset(tmp, max_tokens=48, first_chunk_codes=8, chunk_codes=16, context_codes=12)
+    # short lines, few CFM steps: the server is under test here, not the audio
+    preset = stream_preset(tmp, max_tokens=32, steps=4, first_chunk_codes=8, chunk_codes=12, context_codes=8)
     args = ["--engine", str(tiny_engine_dir), "--preset", str(preset), "--voices", str(voices_dir)]
     yield from _start([*args, "--batch-wait-ms", "20"], tmp)
 

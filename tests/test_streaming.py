@@ -4,7 +4,8 @@ rendered whole, the cross-fade, cancellation, batches, and 2.5.
 Tolerance (stated in README "Streaming"): with one chunk covering the line the stream IS the whole
 rendering (max |diff| < 1e-5); chunked on the tiny random-weight engine (first 12, then 40 codes, 24 of
 context, 4 of cross-fade) the difference measured 6.0 % of the whole line's RMS away from the joins and 8.1 %
-at them; the test allows 15 % and 20 %. A random DiT attends over the whole line with no learned
+at them; the test allows 15 % and 20 %. IndexTTS-2.5's tiny engine (first 8, then 20 codes) measured 5.3 %
+overall; allowed 25 %. A random DiT attends over the whole line with no learned
 locality, so a trained engine should sit closer; benchmarks/serve_bench.py --distance measures one.
 """
 
@@ -31,9 +32,10 @@ TEXT = "Hello there, this is a streamed line."
 PRESET = Path(__file__).resolve().parent.parent / "presets" / "cpu-fp32.toml"
 
 
-def stream_preset(tmp: Path, max_tokens: int = 120, **stream: int) -> Path:
-    """cpu-fp32 with fewer codes per line and the given [stream] keys."""
+def stream_preset(tmp: Path, max_tokens: int = 120, steps: int = 25, **stream: int) -> Path:
+    """cpu-fp32 with fewer codes per line (and CFM steps) and the given [stream] keys."""
     text = PRESET.read_text().replace("max_tokens = 1500", f"max_tokens = {max_tokens}")
+    text = text.replace("steps = 25", f"steps = {steps}")
     keys = {"first_chunk_codes": 12, "chunk_codes": 40, "context_codes": 24, "overlap_codes": 4, **stream}
     text += "\n[stream]\n" + "".join(f"{k} = {v}\n" for k, v in keys.items())
     p = tmp / "stream.toml"
@@ -108,7 +110,7 @@ def test_chunks_join_within_the_stated_tolerance(
 def test_a_batch_streams_each_line_as_alone_and_a_cancelled_line_stops(
     tiny_engine_dir: Path, voice_wav: Path, tmp_path: Path
 ) -> None:
-    s = load(tiny_engine_dir, stream_preset(tmp_path, max_tokens=60))
+    s = load(tiny_engine_dir, stream_preset(tmp_path, max_tokens=60, steps=4))
     v = s.prepare_voice(voice_wav)
     reqs = [SynthRequest(str(k), TEXT, v, 7 + k) for k in range(3)]
     alone, _ = streamed(s, [reqs[1]])
@@ -129,7 +131,7 @@ def test_a_batch_streams_each_line_as_alone_and_a_cancelled_line_stops(
 def test_beams_from_the_preset_stream_after_the_gpt(
     tiny_engine_dir: Path, voice_wav: Path, tmp_path: Path
 ) -> None:
-    s = load(tiny_engine_dir, stream_preset(tmp_path, max_tokens=60, beams=0))
+    s = load(tiny_engine_dir, stream_preset(tmp_path, max_tokens=60, steps=4, beams=0))
     assert s.engine.preset.decode.beams == 3
     (res,), chunks = streamed(s, [SynthRequest("1", TEXT, s.prepare_voice(voice_wav), 7)])
     assert res.ok and len(chunks[0]) == 3 and res.audio.size == int(s.engine.target_lengths([60])[0]) * s.hop
@@ -169,7 +171,7 @@ def _synth_cli(*args: str, engine: Path, preset: Path, voice: Path) -> subproces
 def test_synth_stream_to_a_pipe_and_to_a_growing_file(
     tiny_engine_dir: Path, voice_wav: Path, tmp_path: Path
 ) -> None:
-    preset = stream_preset(tmp_path, max_tokens=60)
+    preset = stream_preset(tmp_path, max_tokens=60, steps=4)
     kw = {"engine": tiny_engine_dir, "preset": preset, "voice": voice_wav}
     piped = _synth_cli("-o", "-", **kw)  # stdout is a pipe: the streaming header stays
     assert piped.returncode == 0, piped.stderr.decode()
