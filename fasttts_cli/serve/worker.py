@@ -7,9 +7,10 @@ while a batch generates waits for the next batch: there is no continuous batchin
 GPT batch at its next step), because the GPT step protocol (backends.protocol) prefills a batch once
 and every backend's KV cache is sized at prefill; a line's own chunks still leave as they are made.
 
-Jobs whose response is not streamed (duration, speed, flac/mp3/opus) run the same way (a duration
-through plan + render to that length, alone); a voice's conditioning is prepared once per (voice,
-emotion) and kept. A job whose client left is skipped if it has not started, and its GPT rows stop at
+Jobs whose response is not streamed (flac/mp3/opus, speed) are synthesized whole in one batch
+(`synth.whole_rows`: the line exactly as `fasttts synth` makes it, no chunk joins); a duration goes through
+plan + render to that length, alone. A voice's conditioning is prepared once per (voice, emotion) and
+kept. A job whose client left is skipped if it has not started, and its GPT rows stop at
 the next step if it has (`cancelled`). A failing line fails its own job only.
 """
 
@@ -35,6 +36,7 @@ from fasttts_cli.synth.synthesizer import (
     plan_rows,
     render_rows,
     stream_rows,
+    whole_rows,
 )
 
 DONE = None  # the last event of a job
@@ -132,7 +134,7 @@ class EngineWorker:
                 self.metrics.gauge("in_flight", 0)
 
     def _serve(self, jobs: list[Job]) -> None:
-        streamed, alone = [], []
+        streamed, whole, alone = [], [], []
         for j in jobs:
             try:
                 req = self._request(j.speech)
@@ -142,13 +144,17 @@ class EngineWorker:
             except Exception as e:
                 self._fail(j, ApiError(400, str(e), "voice"))
                 continue
-            (alone if j.speech.duration is not None else streamed).append((j, req))
+            s = j.speech
+            (alone if s.duration is not None else streamed if s.streamed else whole).append((j, req))
         if streamed:
-            self._stream([j for j, _ in streamed], [r for _, r in streamed])
+            self._stream([j for j, _ in streamed], [r for _, r in streamed], stream_rows)
+        if whole:
+            self._stream([j for j, _ in whole], [r for _, r in whole], whole_rows)
         for j, req in alone:
             self._render_to_length(j, req)
 
-    def _stream(self, jobs: list[Job], reqs: list[SynthRequest]) -> None:
+    def _stream(self, jobs: list[Job], reqs: list[SynthRequest], rows: Callable[..., list[Any]]) -> None:
+        """`rows` (stream_rows, or whole_rows) over the batch, each job's audio handed on as it comes."""
         t0 = time.monotonic()
 
         def on_audio(k: int, a: np.ndarray) -> None:
@@ -161,7 +167,7 @@ class EngineWorker:
             j.samples += a.size
             j.deliver(a)
 
-        results = stream_rows(self.synth, reqs, on_audio, lambda k: jobs[k].cancelled)
+        results = rows(self.synth, reqs, on_audio, lambda k: jobs[k].cancelled)
         wall = time.monotonic() - t0
         for j, res in zip(jobs, results, strict=True):
             self._finish(j, res, wall)

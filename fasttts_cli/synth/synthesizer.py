@@ -226,17 +226,28 @@ def stream_rows(
 ) -> list[SynthResult]:
     """`synth.stream(...)` where the engine streams; otherwise `synthesize`, each line handed on whole
     as the engine reports it ready. The caller's `on_audio` raising stops the call and is re-raised."""
+    if not streams(synth):
+        return whole_rows(synth, requests, on_audio, cancelled)
     try:
-        if streams(synth):
-            return list(synth.stream(requests, on_audio, cancelled=cancelled))
-
-        def whole(k: int, res: SynthResult) -> None:
-            if res.ok and not (cancelled is not None and cancelled(k)):
-                on_audio(k, np.asarray(res.audio, np.float32))
-
-        return synthesize_rows(synth, requests, lambda k, res, _s: whole(k, res))
+        return list(synth.stream(requests, on_audio, cancelled=cancelled))
     except CallbackFailed as e:
         raise e.error from None
+
+
+def whole_rows(
+    synth: Any,
+    requests: Sequence[SynthRequest],
+    on_audio: AudioCallback,
+    cancelled: Callable[[int], bool] | None = None,
+) -> list[SynthResult]:
+    """`synthesize` (whole lines, no chunk joins) with `stream_rows`' signature: each line handed on
+    once, as the engine reports it ready."""
+
+    def whole(k: int, res: SynthResult, _seconds: float) -> None:
+        if res.ok and not (cancelled is not None and cancelled(k)):
+            on_audio(k, np.asarray(res.audio, np.float32))
+
+    return synthesize_rows(synth, requests, whole)
 
 
 def two_phase(synth: Any) -> bool:
