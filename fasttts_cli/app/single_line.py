@@ -31,6 +31,7 @@ from fasttts_cli.synth.synthesizer import (
     Synthesizer,
     SynthRequest,
     SynthResult,
+    Voice,
     renders_to_length,
 )
 
@@ -75,10 +76,7 @@ def synth_one(
     check_writable(so.output.parent if str(so.output.parent) else Path("."), "-o/--output")
     selection, synth = open_line_engine(so, rep, synthesizer)
     try:
-        lang = spoken_language(synth, so.lang)
-        with rep.stage("voices"):
-            voice = synth.prepare_voice(so.voice, emotion=so.emotion)
-        seed = line_seed(text, voice.key, so.seed)
+        voice, lang, seed = line_voice(so, synth, rep, text)
         st = LineState(_SynthLine(1, text), voice, seed, lang=lang)
         t0 = time.monotonic()
 
@@ -112,26 +110,47 @@ def synth_one(
         with rep.stage("write"):
             write_audio(so.output, audio, sr)
         dur = len(audio) / sr
-        return {
-            "ok": True,
-            "command": "synth",
-            "outputs": {"audio": str(so.output)},
-            "duration": round(dur, 3),
-            "natural": None if natural is None else round(natural, 3),
-            "samples": len(audio),
-            "sample_rate": sr,
-            "seed": seed,
-            "retries": retries,
-            "failed": failed,
-            "error": problem if failed else None,
-            "rtf": round(dt / dur, 4) if dur else None,
-            "engine": engine_info(selection, synth, so.preset),
-            "warnings": rep.warnings,
-            "timings": rep.timings,
-        }
+        return synth_result(
+            so,
+            selection,
+            synth,
+            rep,
+            duration=round(dur, 3),
+            natural=None if natural is None else round(natural, 3),
+            samples=len(audio),
+            sample_rate=sr,
+            seed=seed,
+            retries=retries,
+            failed=failed,
+            error=problem if failed else None,
+            rtf=round(dt / dur, 4) if dur else None,
+        )
     finally:
         if synthesizer is None:
             synth.close()
+
+
+def synth_result(
+    so: SynthOptions, selection: EngineSelection, synth: Synthesizer, rep: Reporter, **fields: Any
+) -> dict[str, Any]:
+    """synth's --json object: the line's own `fields` between the command's keys and the engine's."""
+    head = {"ok": True, "command": "synth", "outputs": {"audio": str(so.output)}}
+    tail = {
+        "engine": engine_info(selection, synth, so.preset),
+        "warnings": rep.warnings,
+        "timings": rep.timings,
+    }
+    return head | fields | tail
+
+
+def line_voice(
+    so: SynthOptions, synth: Synthesizer, rep: Reporter, text: str
+) -> tuple[Voice, str | None, int]:
+    """(the prepared voice, the language the line is spoken in, the line's seed)."""
+    lang = spoken_language(synth, so.lang)
+    with rep.stage("voices"):
+        voice = synth.prepare_voice(so.voice, emotion=so.emotion)
+    return voice, lang, line_seed(text, voice.key, so.seed)
 
 
 def checked_text(so: SynthOptions) -> str:

@@ -19,15 +19,12 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from fasttts_cli.app.engine_load import engine_info
 from fasttts_cli.app.job import check_writable
 from fasttts_cli.app.progress import Reporter
-from fasttts_cli.app.single_line import SynthOptions, checked_text, open_line_engine
+from fasttts_cli.app.single_line import SynthOptions, checked_text, line_voice, open_line_engine, synth_result
 from fasttts_cli.app.synthesis import seed_of
 from fasttts_cli.audio.wavstream import WavStreamWriter
-from fasttts_cli.dubbing.cache import line_seed
 from fasttts_cli.errors import SynthesisError, UsageError
-from fasttts_cli.synth.languages import spoken_language
 from fasttts_cli.synth.synthesizer import Synthesizer, SynthRequest, stream_rows
 
 STDOUT = Path("-")
@@ -57,10 +54,7 @@ def stream_one(so: SynthOptions, rep: Reporter, *, synthesizer: Synthesizer | No
         check_writable(so.output.parent if str(so.output.parent) else Path("."), "-o/--output")
     selection, synth = open_line_engine(so, rep, synthesizer)
     try:
-        lang = spoken_language(synth, so.lang)
-        with rep.stage("voices"):
-            voice = synth.prepare_voice(so.voice, emotion=so.emotion)
-        seed = line_seed(text, voice.key, so.seed)
+        voice, lang, seed = line_voice(so, synth, rep, text)
         sr = int(synth.sample_rate)
         with _sink(so.output) as out, rep.stage("synthesize"):
             writer = WavStreamWriter(out, sr, header=not so.pcm)
@@ -90,25 +84,23 @@ def stream_one(so: SynthOptions, rep: Reporter, *, synthesizer: Synthesizer | No
             writer.close()
             total = time.monotonic() - t0
         dur = writer.data_bytes / 2 / sr
-        return {
-            "ok": True,
-            "command": "synth",
-            "outputs": {"audio": str(so.output)},
-            "stream": True,
-            "format": "pcm" if so.pcm else "wav",
-            "duration": round(dur, 3),
-            "samples": writer.data_bytes // 2,
-            "sample_rate": sr,
-            "seed": seed,
-            "retries": retries,
-            "failed": not res.ok,
-            "error": None if res.ok else res.error,
-            "first_audio_s": round(first[0], 4) if first else None,
-            "rtf": round(total / dur, 4) if dur else None,
-            "engine": engine_info(selection, synth, so.preset),
-            "warnings": rep.warnings,
-            "timings": rep.timings,
-        }
+        return synth_result(
+            so,
+            selection,
+            synth,
+            rep,
+            stream=True,
+            format="pcm" if so.pcm else "wav",
+            duration=round(dur, 3),
+            samples=writer.data_bytes // 2,
+            sample_rate=sr,
+            seed=seed,
+            retries=retries,
+            failed=not res.ok,
+            error=None if res.ok else res.error,
+            first_audio_s=round(first[0], 4) if first else None,
+            rtf=round(total / dur, 4) if dur else None,
+        )
     finally:
         if synthesizer is None:
             synth.close()

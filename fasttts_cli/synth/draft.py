@@ -441,10 +441,7 @@ class DraftSynthesizer(DraftStreaming):
                         got += 1
                 proc.wait()
             finally:
-                timer.cancel()
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
+                reap(proc, timer)
                 feeder.join()
             if timed_out.is_set():
                 raise _PiperFailed(f"piper timed out after {timeout:.0f} s")
@@ -478,6 +475,14 @@ class DraftSynthesizer(DraftStreaming):
         if sr != self.sample_rate:
             raise _PiperFailed(f"piper wrote {sr} Hz audio, the voice config says {self.sample_rate}")
         return np.ascontiguousarray(audio.mean(axis=1), dtype=np.float32)
+
+
+def reap(proc: subprocess.Popen[bytes], timer: threading.Timer) -> None:
+    """A piper process's end, however the reading ended: its timeout off, the process killed if alive."""
+    timer.cancel()
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
 
 
 def _feed(proc: subprocess.Popen[bytes], data: bytes) -> None:

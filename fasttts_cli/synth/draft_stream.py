@@ -74,6 +74,8 @@ class DraftStreaming:
         gone: Callable[[], bool],
     ) -> tuple[list[np.ndarray], str | None]:
         """One piper process with --output-raw; (the pieces handed on, an error or None)."""
+        from fasttts_cli.synth.draft import reap
+
         env = dict(os.environ, PYTHONIOENCODING="utf-8")
         proc = subprocess.Popen(
             [*self.command(length_scale), "--output-raw"],
@@ -108,10 +110,7 @@ class DraftStreaming:
                 emit(a)
             proc.wait()
         finally:
-            timer.cancel()
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+            reap(proc, timer)
             drain.join()
         if proc.returncode != 0:
             tail = b"".join(err).decode("utf-8", "replace").strip().splitlines()[-3:]
