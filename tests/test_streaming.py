@@ -206,3 +206,28 @@ def test_the_draft_voice_streams_what_piper_gives(voice_wav: Path) -> None:
     (res,), chunks = streamed(s, reqs)
     whole = s.synthesize(reqs)[0]
     assert res.ok and len(chunks[0]) > 1 and np.array_equal(res.audio, whole.audio)
+
+
+def test_the_torch_backend_streams_through_the_same_seam(tiny_checkpoint_dir: Path, voice_wav: Path) -> None:
+    """The PyTorch engine (CPU tensors, fp32, 4 CFM steps): its latents are torch tensors, sliced per window;
+    the chunks join within the ONNX engine's tolerance."""
+    import dataclasses
+
+    pytest.importorskip("torch")
+    from fasttts_cli.indextts2.synthesizer_torch import TorchSynthesizer
+    from fasttts_cli.spec.presets import ComponentSpec, StreamOptions, load_preset
+
+    p = load_preset("gpu-torch-fp16")
+    p = dataclasses.replace(
+        p,
+        components={k: ComponentSpec("torch", "fp32") for k in p.components},
+        decode=dataclasses.replace(p.decode, max_tokens=60),
+        s2mel=dataclasses.replace(p.s2mel, steps=4),
+    )
+    s = TorchSynthesizer.load(tiny_checkpoint_dir, p, device="cpu")
+    req = SynthRequest("1", TEXT, s.prepare_voice(voice_wav), 7)
+    codes, whole = reference(s, req)
+    s.engine.preset = dataclasses.replace(p, stream=StreamOptions(first_chunk_codes=12, chunk_codes=40))
+    (res,), got = streamed(s, [req])
+    assert res.ok and res.n_tokens == codes.size and len(got[0]) == 3 and res.audio.shape == whole.shape
+    assert rms(res.audio - whole) < 0.2 * rms(whole)
