@@ -185,9 +185,15 @@ def test_synth_stream_to_a_pipe_and_to_a_growing_file(
     assert r["stream"] and r["samples"] == audio.size == len(data) // 2 and sr == r["sample_rate"]
     assert r["first_audio_s"] > 0 and r["rtf"] > 0
     assert np.array_equal(audio, np.frombuffer(data, "<i2"))  # the same line both ways
-    bad = _synth_cli("-o", "-", "--duration", "1.0", **kw)
-    assert bad.returncode == 2 and b"--duration with --stream" in bad.stderr
-    assert _synth_cli("-o", str(tmp_path / "x.flac"), **kw).returncode == 2
+
+    from fasttts_cli.app.single_line import SynthOptions, synth_one
+    from fasttts_cli.errors import UsageError
+
+    so = SynthOptions(TEXT, voice_wav, Path("-"), engine=str(tiny_engine_dir), stream=True, duration=1.0)
+    with pytest.raises(UsageError, match="--duration with --stream"):
+        synth_one(so)
+    with pytest.raises(UsageError, match=r"x\.flac"):
+        synth_one(SynthOptions(TEXT, voice_wav, tmp_path / "x.flac", stream=True))
 
 
 @needs_piper
