@@ -12,6 +12,7 @@ job is skipped, a running one stops at the GPT's next step, and nothing else is 
 import asyncio
 import base64
 import contextlib
+import hmac
 import json
 import os
 import tempfile
@@ -64,7 +65,8 @@ def make_app(
         return JSONResponse(e.body(), status_code=e.status, headers=headers)
 
     def authorized(request: Request) -> bool:
-        return api_key is None or request.headers.get("authorization", "") == f"Bearer {api_key}"
+        given = request.headers.get("authorization", "").encode()
+        return api_key is None or hmac.compare_digest(given, f"Bearer {api_key}".encode())
 
     @app.middleware("http")
     async def auth(request: Request, call_next: Any) -> Any:

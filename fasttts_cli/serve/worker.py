@@ -122,6 +122,8 @@ class EngineWorker:
                 batch.append(nxt)
             self.metrics.gauge("queue_depth", self.depth)
             live = [j for j in batch if not j.cancelled]
+            if len(live) < len(batch):  # their clients left while they waited
+                self.metrics.count("cancelled_total", len(batch) - len(live))
             self.in_flight = len(live)
             self.metrics.gauge("in_flight", self.in_flight)
             try:
