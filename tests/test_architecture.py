@@ -20,6 +20,7 @@ MAX_LINES = 500
 LAYERS: list[tuple[str, frozenset[str]]] = [
     ("cli", frozenset({"cli", "__main__"})),  # Typer commands: parse flags, render results
     ("tools", frozenset({"tools"})),  # bench, GPU acceptance programs, fakes of GPU libraries
+    ("serve", frozenset({"serve"})),  # `fasttts serve`: the HTTP server over one warm engine
     ("app", frozenset({"app"})),  # dub / synth / inspect as stage sequences, engine loading, doctor
     (
         "dubbing",

@@ -31,6 +31,7 @@ from fasttts_cli.synth.synthesizer import (
     Synthesizer,
     SynthRequest,
     SynthResult,
+    Voice,
     renders_to_length,
 )
 
@@ -50,53 +51,32 @@ class SynthOptions:
     lang: str = "und"  # --lang: the text's language
     max_render_speedup: float = 1.25
     max_render_slowdown: float = 1.25
+    stream: bool = False  # --stream: audio written as it is made (app.stream_line)
+    pcm: bool = False  # --pcm: with --stream, raw 16-bit PCM instead of a streaming WAV
 
 
 def synth_one(
     so: SynthOptions, rep: Reporter | None = None, *, synthesizer: Synthesizer | None = None
 ) -> dict[str, Any]:
     """`fasttts synth`: one line to one audio file at the engine's own sample rate (no resampling)."""
-    from fasttts_cli.dubbing.plan import clean_text
     from fasttts_cli.media.mux import write_audio
 
     rep = rep or Reporter(verbosity=QUIET)
-    text = clean_text(so.text)
-    if not text:
-        raise UsageError("synth: the text is empty")
-    if so.on_line_failure not in SYNTH_FAILURE_POLICIES:
-        raise UsageError(
-            f"--on-line-failure must be one of {', '.join(SYNTH_FAILURE_POLICIES)} for synth "
-            f"(got {so.on_line_failure!r})",
-            hint="skip applies to dub only: synth has one line, skipping it would write nothing",
-        )
-    if so.max_retries < 0:
-        raise UsageError(f"--max-retries must be >= 0 (got {so.max_retries})")
-    if so.duration is not None and not (math.isfinite(so.duration) and so.duration > 0):
-        raise UsageError(f"--duration must be a positive number of seconds (got {so.duration})")
-    from fasttts_cli.dubbing.timing import TimingOptions
+    if so.stream:
+        from fasttts_cli.app.stream_line import stream_one
 
-    # the render caps' checks and messages are the timing solver's
-    TimingOptions(max_render_speedup=so.max_render_speedup, max_render_slowdown=so.max_render_slowdown)
+        return stream_one(so, rep, synthesizer=synthesizer)
+    if so.pcm:
+        raise UsageError(
+            "--pcm: only with --stream (a whole line is written in the format of -o's extension)"
+        )
+    text = checked_text(so)
     if so.output.suffix.lower() not in AUDIO_EXTS:
         raise UsageError(f"-o/--output {so.output}: the extension must be one of {', '.join(AUDIO_EXTS)}")
     check_writable(so.output.parent if str(so.output.parent) else Path("."), "-o/--output")
-    from fasttts_cli.media.probe import probe
-
-    for ref in (so.voice, so.emotion.audio if so.emotion is not None else None):
-        if ref is not None:
-            probe(ref, check_complete=True)  # a truncated reference is refused before the model loads
-    selection = select_engine(so.engine) if synthesizer is None else EngineSelection("custom", None, "given")
-    with rep.stage("load"):
-        synth = synthesizer or load_synthesizer(selection, so.preset)
+    selection, synth = open_line_engine(so, rep, synthesizer)
     try:
-        if not synth.clones_voice:
-            rep.warn("draft voice: the reference voice is NOT cloned (Piper 'joe' voice)")
-        if engine_random_weights(selection, synth):
-            rep.warn(random_weights_warning(selection))
-        lang = spoken_language(synth, so.lang)
-        with rep.stage("voices"):
-            voice = synth.prepare_voice(so.voice, emotion=so.emotion)
-        seed = line_seed(text, voice.key, so.seed)
+        voice, lang, seed = line_voice(so, synth, rep, text)
         st = LineState(_SynthLine(1, text), voice, seed, lang=lang)
         t0 = time.monotonic()
 
@@ -130,26 +110,89 @@ def synth_one(
         with rep.stage("write"):
             write_audio(so.output, audio, sr)
         dur = len(audio) / sr
-        return {
-            "ok": True,
-            "command": "synth",
-            "outputs": {"audio": str(so.output)},
-            "duration": round(dur, 3),
-            "natural": None if natural is None else round(natural, 3),
-            "samples": len(audio),
-            "sample_rate": sr,
-            "seed": seed,
-            "retries": retries,
-            "failed": failed,
-            "error": problem if failed else None,
-            "rtf": round(dt / dur, 4) if dur else None,
-            "engine": engine_info(selection, synth, so.preset),
-            "warnings": rep.warnings,
-            "timings": rep.timings,
-        }
+        return synth_result(
+            so,
+            selection,
+            synth,
+            rep,
+            duration=round(dur, 3),
+            natural=None if natural is None else round(natural, 3),
+            samples=len(audio),
+            sample_rate=sr,
+            seed=seed,
+            retries=retries,
+            failed=failed,
+            error=problem if failed else None,
+            rtf=round(dt / dur, 4) if dur else None,
+        )
     finally:
         if synthesizer is None:
             synth.close()
+
+
+def synth_result(
+    so: SynthOptions, selection: EngineSelection, synth: Synthesizer, rep: Reporter, **fields: Any
+) -> dict[str, Any]:
+    """synth's --json object: the line's own `fields` between the command's keys and the engine's."""
+    head = {"ok": True, "command": "synth", "outputs": {"audio": str(so.output)}}
+    tail = {
+        "engine": engine_info(selection, synth, so.preset),
+        "warnings": rep.warnings,
+        "timings": rep.timings,
+    }
+    return head | fields | tail
+
+
+def line_voice(
+    so: SynthOptions, synth: Synthesizer, rep: Reporter, text: str
+) -> tuple[Voice, str | None, int]:
+    """(the prepared voice, the language the line is spoken in, the line's seed)."""
+    lang = spoken_language(synth, so.lang)
+    with rep.stage("voices"):
+        voice = synth.prepare_voice(so.voice, emotion=so.emotion)
+    return voice, lang, line_seed(text, voice.key, so.seed)
+
+
+def checked_text(so: SynthOptions) -> str:
+    """The line's text, cleaned; UsageError (exit 2) for what synth cannot do, before any model loads."""
+    from fasttts_cli.dubbing.plan import clean_text
+    from fasttts_cli.dubbing.timing import TimingOptions
+
+    text = clean_text(so.text)
+    if not text:
+        raise UsageError("synth: the text is empty")
+    if so.on_line_failure not in SYNTH_FAILURE_POLICIES:
+        raise UsageError(
+            f"--on-line-failure must be one of {', '.join(SYNTH_FAILURE_POLICIES)} for synth "
+            f"(got {so.on_line_failure!r})",
+            hint="skip applies to dub only: synth has one line, skipping it would write nothing",
+        )
+    if so.max_retries < 0:
+        raise UsageError(f"--max-retries must be >= 0 (got {so.max_retries})")
+    if so.duration is not None and not (math.isfinite(so.duration) and so.duration > 0):
+        raise UsageError(f"--duration must be a positive number of seconds (got {so.duration})")
+    # the render caps' checks and messages are the timing solver's
+    TimingOptions(max_render_speedup=so.max_render_speedup, max_render_slowdown=so.max_render_slowdown)
+    return text
+
+
+def open_line_engine(
+    so: SynthOptions, rep: Reporter, synthesizer: Synthesizer | None
+) -> tuple[EngineSelection, Synthesizer]:
+    """The references checked whole, then the engine loaded (or the given one), its warnings made."""
+    from fasttts_cli.media.probe import probe
+
+    for ref in (so.voice, so.emotion.audio if so.emotion is not None else None):
+        if ref is not None:
+            probe(ref, check_complete=True)  # a truncated reference is refused before the model loads
+    selection = select_engine(so.engine) if synthesizer is None else EngineSelection("custom", None, "given")
+    with rep.stage("load"):
+        synth = synthesizer or load_synthesizer(selection, so.preset)
+    if not synth.clones_voice:
+        rep.warn("draft voice: the reference voice is NOT cloned (Piper 'joe' voice)")
+    if engine_random_weights(selection, synth):
+        rep.warn(random_weights_warning(selection))
+    return selection, synth
 
 
 def _render(so: SynthOptions, synth: Synthesizer, st: LineState, plan: LinePlan, seed: int) -> SynthResult:

@@ -31,6 +31,7 @@ from fasttts_cli.cli.shared import (
     Job,
     MaxRenderSlowdownOpt,
     MaxRenderSpeedupOpt,
+    Output,
     PresetOpt,
     ScriptFlags,
     TimingFlags,
@@ -42,7 +43,7 @@ from fasttts_cli.cli.shared import (
     fail,
     options_from,
 )
-from fasttts_cli.errors import ExitCode
+from fasttts_cli.errors import ExitCode, UsageError
 
 # dub and synth take the same --max-retries flag (each keeps its own default).
 MaxRetriesOpt = Annotated[int, typer.Option("--max-retries", help="Re-syntheses of an implausible line.")]
@@ -218,7 +219,13 @@ def synth(
     text: Annotated[str, typer.Argument(help="The text to speak; - reads it from stdin.")],
     voice: Annotated[Path, typer.Option("--voice", help="Reference voice audio.")],
     output: Annotated[
-        Path, typer.Option("-o", "--output", metavar="FILE", help=f"Output audio: {' '.join(AUDIO_EXTS)}.")
+        Path,
+        typer.Option(
+            "-o",
+            "--output",
+            metavar="FILE",
+            help=f"Output audio: {' '.join(AUDIO_EXTS)}; with --stream, - is stdout.",
+        ),
     ],
     engine: EngineOpt = None,
     preset: PresetOpt = None,
@@ -250,11 +257,21 @@ def synth(
     emotion_audio: EmotionAudioOpt = None,
     emotion_vector: EmotionVectorOpt = None,
     emotion_alpha: EmotionAlphaOpt = 1.0,
+    stream: Annotated[
+        bool, typer.Option("--stream", help="Write audio as it is made (-o - or a growing .wav).")
+    ] = False,
+    pcm: Annotated[bool, typer.Option("--pcm", help="With --stream: raw 16-bit PCM, no WAV header.")] = False,
+    *,
+    ui: Output,
 ) -> Job:
     """Speak one line in a reference voice, to an audio file at the engine's sample rate."""
     from fasttts_cli.app.single_line import SynthOptions, synth_one
 
+    to_stdout = stream and str(output) == "-"
+
     def body(rep: Reporter) -> dict[str, Any]:
+        if to_stdout and ui.json:
+            raise UsageError("--json with --stream -o -: stdout carries the audio", hint="write -o FILE.wav")
         t = sys.stdin.read() if text == "-" else text
         emotion = emotion_spec(emotion_audio, emotion_vector, emotion_alpha)
         so = SynthOptions(
@@ -271,12 +288,18 @@ def synth(
             lang=lang,
             max_render_speedup=max_render_speedup,
             max_render_slowdown=max_render_slowdown,
+            stream=stream,
+            pcm=pcm,
         )
         return synth_one(so, rep)
 
     def human(r: dict[str, Any]) -> None:
         silent = " of silence: synthesis failed" if r.get("failed") else ""
-        print(f"wrote {r['outputs']['audio']} ({r['duration']:.2f} s{silent} at {r['sample_rate']} Hz)")
+        first = f", first audio after {r['first_audio_s']:.2f} s" if r.get("first_audio_s") else ""
+        print(
+            f"wrote {r['outputs']['audio']} ({r['duration']:.2f} s{silent} at {r['sample_rate']} Hz{first})",
+            file=sys.stderr if to_stdout else sys.stdout,  # stdout carries the audio
+        )
 
     return body, human
 
@@ -365,6 +388,7 @@ from fasttts_cli.cli import bench as cli_bench  # noqa: E402, F401
 from fasttts_cli.cli import cast as cli_cast  # noqa: E402, F401
 from fasttts_cli.cli import batch as cli_batch  # noqa: E402, F401
 from fasttts_cli.cli import review as cli_review  # noqa: E402, F401
+from fasttts_cli.cli import serve as cli_serve  # noqa: E402, F401
 # isort: on
 
 # ---- entry point ---------------------------------------------------------------------------------

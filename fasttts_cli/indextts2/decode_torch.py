@@ -210,12 +210,18 @@ class TorchGPT:
     def end(self) -> None:
         self._col = None
 
-    def decode(self, prefixes: Sequence[PrefixLike], decoders: Sequence[LineDecoder]) -> list[Decoded]:
-        """The one generate loop over this decoder, `max_lines` lines at a time."""
+    def decode(
+        self,
+        prefixes: Sequence[PrefixLike],
+        decoders: Sequence[LineDecoder],
+        taps: Sequence[loop.CodeTap | None] | None = None,
+    ) -> list[Decoded]:
+        """The one generate loop over this decoder, `max_lines` lines at a time (taps: streaming)."""
         out: list[Decoded] = []
         n = self.settings.max_lines
         for s in range(0, len(prefixes), n):
-            out += loop.generate(self, prefixes[s : s + n], decoders[s : s + n])
+            part = None if taps is None else taps[s : s + n]
+            out += loop.generate(self, prefixes[s : s + n], decoders[s : s + n], part)
         return out
 
     def generate(

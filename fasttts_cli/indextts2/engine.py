@@ -48,7 +48,7 @@ from fasttts_cli.indextts2.components import (
 )
 from fasttts_cli.indextts2.decode_inplace import InplaceGPTDecoder, decoder_for
 from fasttts_cli.indextts2.folder_sessions import FolderSessions
-from fasttts_cli.indextts2.generate_loop import NoStopDecoder, line_decoders
+from fasttts_cli.indextts2.generate_loop import CodeTap, NoStopDecoder, line_decoders
 from fasttts_cli.indextts2.gpt_trtllm import GPT_TRTLLM, LinePrompt, TrtllmGPT
 from fasttts_cli.indextts2.sampling import Decoded, SamplingParams
 from fasttts_cli.indextts2.stages import StageTimes
@@ -240,9 +240,11 @@ class IndexTTS2Engine(VoiceFlow, SessionVoiceStages):
         generators: Sequence[np.random.Generator | int | None],
         *,
         ignore_stop: bool = False,
+        taps: Sequence[CodeTap | None] | None = None,
     ) -> list[Decoded]:
         """Batched AR decoding: one prefix, parameter set and random generator per line; a line's codes
-        never depend on its batch-mates. `ignore_stop` (timing only) forces max_tokens codes."""
+        never depend on its batch-mates. `ignore_stop` (timing only) forces max_tokens codes; `taps`
+        (streaming) hear each one-beam line's codes as they are drawn (generate_loop)."""
         gpt = self.decoder
         decoders = line_decoders(
             prefixes,
@@ -253,7 +255,7 @@ class IndexTTS2Engine(VoiceFlow, SessionVoiceStages):
             ignore_stop=ignore_stop,
         )
         with self.times.time("generate"):
-            return generate_loop.generate(gpt, _own_prompts(gpt, prefixes), decoders)
+            return generate_loop.generate(gpt, _own_prompts(gpt, prefixes), decoders, taps)
 
     def latent(self, prefixes: Sequence[GPTPrompt], codes: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Stage 3.7, batched: the teacher-forced pass; (n_i, D) per line."""
@@ -404,13 +406,15 @@ class IndexTTS2Engine(VoiceFlow, SessionVoiceStages):
         schedule: str = "uniform",
         cache_level: str | None = None,
         frames: Sequence[int | None] | None = None,
+        latents: Sequence[np.ndarray] | None = None,
     ) -> list[np.ndarray]:
-        """Latent pass, s2mel and vocoder for a batch of rows (each with >= 1 code). `noises[b]`: the
+        """Latent pass, s2mel and vocoder for a batch of rows (each with >= 1 code); `latents` given (a
+        streamer's, from the GPT's own hidden states) skip the latent pass. `noises[b]`: the
         CFM start noise (n_mels, Tm_b + Tg_b), or a generator to draw it from. `frames[b]`: row b's mel
         frames Tg_b, so hop * Tg_b samples (None: the natural floor(1.72 n)). The latent pass runs
         the whole batch; s2mel and the vocoder take `s2mel_rows` lines per call (every stage is per
         row, so the grouping changes only the time)."""
-        lat = self.latent(prefixes, codes)
+        lat = list(latents) if latents is not None else self.latent(prefixes, codes)
         n = len(voices)
         size = self.s2mel_rows(n)
         targets = list(frames) if frames is not None else [None] * n

@@ -32,7 +32,7 @@ from fasttts_cli.indextts2 import emotion as emo
 from fasttts_cli.indextts2 import features as feat
 from fasttts_cli.indextts2.cfm import start_noise
 from fasttts_cli.indextts2.decode_torch import DecodeSettings, TorchGPT
-from fasttts_cli.indextts2.generate_loop import line_decoders
+from fasttts_cli.indextts2.generate_loop import CodeTap, line_decoders
 from fasttts_cli.indextts2.sampling import Decoded, SamplingParams
 from fasttts_cli.indextts2.stages import StageTimes
 from fasttts_cli.indextts2.voice import VoiceConditioning, VoiceFlow, cond_lengths
@@ -238,6 +238,7 @@ class TorchEngine(VoiceFlow):
         generators: Sequence[np.random.Generator | int | None],
         *,
         ignore_stop: bool = False,
+        taps: Sequence[CodeTap | None] | None = None,
     ) -> list[Decoded]:
         """As `IndexTTS2Engine.generate`: the one generate loop over `TorchGPT`, the same sampler."""
         decoders = line_decoders(
@@ -249,7 +250,7 @@ class TorchEngine(VoiceFlow):
             ignore_stop=ignore_stop,
         )
         with self.times.time("generate"):
-            out = self.gpt.decode(prefixes, decoders)
+            out = self.gpt.decode(prefixes, decoders, taps)
             self._sync()
         return out
 
@@ -274,14 +275,15 @@ class TorchEngine(VoiceFlow):
         schedule: str = "uniform",
         cache_level: str | None = None,
         frames: Sequence[int | None] | None = None,
+        latents: Sequence[np.ndarray] | None = None,
     ) -> list[np.ndarray]:
         """Latent pass, s2mel and vocoder for a batch of rows (as `IndexTTS2Engine.codes_to_wavs`,
-        `frames` too)."""
+        `frames` and `latents` too)."""
         if cache_level not in (None, "T0"):
             # A per-line override reaches here; the preset itself was checked at load.
             raise UsageError(f"s2mel cache_level {cache_level!r}: the torch backend has no s2mel cache")
         dev = self.device
-        cond, ylens = self.content(prefixes, codes, frames)
+        cond, ylens = self.content(prefixes, codes, frames, latents)
         rows = [
             torch.cat([torch.from_numpy(v.prompt_condition).to(dev), cond[b, : int(ylens[b])]], 0)
             for b, v in enumerate(voices)
@@ -319,10 +321,17 @@ class TorchEngine(VoiceFlow):
             out = [w.cpu().numpy().astype(np.float32) for w in wavs]
         return out
 
-    def content(self, prefixes: Sequence[Any], codes: Sequence[np.ndarray], frames: Frames = None) -> Content:
-        """Stage 4.1: the content condition (B, max Tg, C) and Tg (B,): the latent pass, the codes' VQ
-        embeddings and s2mel's content net, to `frames[b]` frames or, where None, the natural length."""
-        lat = self.latent(prefixes, codes)
+    def content(
+        self,
+        prefixes: Sequence[Any],
+        codes: Sequence[np.ndarray],
+        frames: Frames = None,
+        latents: Sequence[np.ndarray] | None = None,
+    ) -> Content:
+        """Stage 4.1: the content condition (B, max Tg, C) and Tg (B,): the latent pass (or the given
+        `latents`, a streamer's), the codes' VQ embeddings and s2mel's content net, to `frames[b]` frames
+        or, where None, the natural length."""
+        lat = self.latent(prefixes, codes) if latents is None else list(latents)
         with self.times.time("s2mel_content"):
             lens, padded, target = self._code_batch(codes, frames)
             vq = self.codec.vq2emb(padded)

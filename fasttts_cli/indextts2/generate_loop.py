@@ -4,11 +4,16 @@ Every backend (ONNX Runtime full-KV and in-place trunks, the TensorRT-LLM worker
 prefills and steps rows (backends/protocol.py); this module decides which rows continue and what they
 are fed. Each line owns a `LineDecoder` (its own sampling params and random generator), so a line's
 codes never depend on its batch-mates; a finished line's rows leave the batch; beams reorder by parent.
+
+Streaming (`indextts2.streaming`): a line may have a tap, `tap(code)`, called as each of its codes is
+drawn (between two GPT steps, so the tap may run other stages, the latent pass included: every backend's
+latent pass has its own buffers). Only one-beam lines are tapped: a beam's codes are provisional until
+its line ends. A tap returning False ends its line at once (its listener left).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -16,18 +21,27 @@ import numpy as np
 from fasttts_cli.backends.protocol import GPTSteps
 from fasttts_cli.indextts2.sampling import Decoded, LineDecoder, SamplingParams
 
+# A streamed line's tap: the code just drawn -> False to end the line now, anything else to go on.
+CodeTap = Callable[[int], bool | None]
+
 
 class LineRows:
     """The batch rows of each line while lines finish: a line's beams sit in consecutive rows, each line
     samples from its own rows with its own LineDecoder, and a finished line's rows leave."""
 
-    def __init__(self, decoders: Sequence[LineDecoder], max_codes: int) -> None:
+    def __init__(
+        self,
+        decoders: Sequence[LineDecoder],
+        max_codes: int,
+        taps: Sequence[CodeTap | None] | None = None,
+    ) -> None:
         for d in decoders:
             if d.params.max_tokens > max_codes:
                 raise ValueError(
                     f"max_tokens {d.params.max_tokens} exceeds the {max_codes} mel positions of this engine"
                 )
         self.decoders = decoders
+        self.taps = list(taps) if taps is not None else [None] * len(decoders)
         rows = [d.rows for d in decoders]
         self.src = np.repeat(np.arange(len(decoders)), rows)  # the prefill row of every beam row
         self.offsets = np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64)
@@ -40,7 +54,11 @@ class LineRows:
         row = 0
         for li in self.active:
             dec, o = self.decoders[li], self.offsets[li]
+            had = dec.n_generated
             parents, toks = dec.step(logits[o : o + dec.rows])
+            tap = self.taps[li]
+            if tap is not None and dec.rows == 1 and dec.n_generated > had and tap(int(toks[0])) is False:
+                dec.cancel()
             if not dec.done:
                 index.append(o + parents)
                 tokens.append(toks)
@@ -83,9 +101,15 @@ def line_decoders(
     return [cls(p, g, vocab=vocab, prefix_ids=prefix_ids) for p, g in zip(params, generators, strict=True)]
 
 
-def generate(gpt: GPTSteps, prompts: Sequence[Any], decoders: Sequence[LineDecoder]) -> list[Decoded]:
+def generate(
+    gpt: GPTSteps,
+    prompts: Sequence[Any],
+    decoders: Sequence[LineDecoder],
+    taps: Sequence[CodeTap | None] | None = None,
+) -> list[Decoded]:
     """Sample codes for every line at once: prompts[i] made by `gpt.prompt`, decoders[i] the line's
-    params and generator (its `rows` = beams). One Decoded per line (codes without the stop token)."""
+    params and generator (its `rows` = beams), taps[i] its streaming tap (module docstring). One Decoded
+    per line (codes without the stop token)."""
     if len(prompts) != len(decoders):
         raise ValueError("one decoder per prompt")
     if not prompts:
@@ -93,7 +117,7 @@ def generate(gpt: GPTSteps, prompts: Sequence[Any], decoders: Sequence[LineDecod
     for d in decoders:
         if d.vocab != gpt.vocab:
             raise ValueError(f"decoder vocab {d.vocab}; this GPT has {gpt.vocab} mel codes")
-    lines = LineRows(decoders, gpt.max_codes)
+    lines = LineRows(decoders, gpt.max_codes, taps)
     out = gpt.prefill(prompts, [d.rows for d in decoders], max(d.params.max_tokens for d in decoders))
     try:
         while (nxt := lines.step(out.logits)) is not None:

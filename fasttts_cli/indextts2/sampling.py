@@ -322,6 +322,12 @@ class LineDecoder:
         self.done = True
         self._result = result
 
+    def cancel(self) -> None:
+        """End a one-beam line now (a streamed line nobody listens to any more): its codes so far, not
+        stopped. A no-op on a finished line."""
+        if not self.done:
+            self._finish(Decoded(np.asarray(self.tokens[0], dtype=np.int64), False))
+
     def result(self) -> Decoded:
         if self._result is None:
             raise RuntimeError("result() before the line finished")

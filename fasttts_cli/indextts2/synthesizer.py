@@ -45,6 +45,7 @@ from fasttts_cli.indextts2.engine import (
 from fasttts_cli.indextts2.line_options import line_options
 from fasttts_cli.indextts2.line_plan import SegmentCodes, SegmentSplit, natural_split, split_target
 from fasttts_cli.indextts2.sampling import SamplingParams
+from fasttts_cli.indextts2.stream_lines import LineStreaming
 from fasttts_cli.indextts2.voice_cache import VoiceCache, voice_key
 from fasttts_cli.spec.engine_folder import file_sha256, read_manifest
 from fasttts_cli.spec.presets import Preset, S2MelOptions
@@ -76,8 +77,8 @@ class _Segment:
     error: str | None = None
 
 
-class IndexTTS2Synthesizer:
-    """Synthesizer for an IndexTTS-2 engine folder (see the module docstring)."""
+class IndexTTS2Synthesizer(LineStreaming):
+    """Synthesizer for an IndexTTS-2 engine folder (see the module docstring; `stream`: stream_lines)."""
 
     name = "indextts2"
     engine_class: type[IndexTTS2Engine] = IndexTTS2Engine  # what `load` opens the folder with

@@ -67,9 +67,15 @@ class TorchEngine25(Stages25, TorchEngine):
         raise NotImplementedError("IndexTTS-2.5 has no latent pass")
 
     @torch.inference_mode()
-    def content(self, prefixes: Sequence[Any], codes: Sequence[np.ndarray], frames: Frames = None) -> Content:
+    def content(
+        self,
+        prefixes: Sequence[Any],
+        codes: Sequence[np.ndarray],
+        frames: Frames = None,
+        latents: Sequence[np.ndarray] | None = None,
+    ) -> Content:
         """Stage 4.1-4.2 for 2.5 (fp32): S_infer = codec.decode(codes), then the length regulator to the
-        target frames. `prefixes` are not needed (no latent pass)."""
+        target frames. `prefixes` and `latents` are not needed (no latent pass)."""
         with self.times.time("s2mel_content"):
             lens, padded, target = self._code_batch(codes, frames)
             s_infer = self.codec.decode(padded, lens)

@@ -35,6 +35,7 @@ def host_embeddings25(tables: Mapping[str, np.ndarray], tokens: dec.GPTTokens) -
 class Stages25:
     """The 2.5 overrides of a v2 engine's stages (see the module docstring)."""
 
+    latent_pass = False  # s2mel takes the codes alone (streaming reads this)
     preset: Any
     times: Any
     code_upsample: int

@@ -99,6 +99,34 @@ class S2MelOptions:
 
 
 @dataclass(frozen=True)
+class StreamOptions:
+    """The preset's [stream] table: how a streamed line is cut (`indextts2.streaming`). Sizes are GPT codes
+    (IndexTTS-2: 1.72 mel frames, ~20 ms each). Not part of `run_keys`: a streamed line is never cached,
+    so these keys change no cache key. `beams`: the beams a streamed line samples with (codes are final
+    as they are drawn only with one beam; 0 keeps decode.beams, and then audio starts once the line's
+    codes are all out)."""
+
+    first_chunk_codes: int = 12  # the first chunk, smaller: first audio comes early
+    chunk_codes: int = 40  # every later chunk
+    context_codes: int = 24  # codes before a chunk that s2mel sees again (>= overlap_codes)
+    overlap_codes: int = 4  # the cross-fade between two chunks (Hann, amplitude-complementary)
+    beams: int = 1
+
+    def validate(self) -> None:
+        """ValueError naming the first key no streamer can run."""
+        if self.first_chunk_codes < 1 or self.chunk_codes < 1:
+            raise ValueError("first_chunk_codes and chunk_codes must be >= 1")
+        if self.overlap_codes < 0 or self.context_codes < self.overlap_codes:
+            raise ValueError(
+                f"context_codes ({self.context_codes}) must be >= overlap_codes ({self.overlap_codes}) >= 0"
+            )
+        if self.overlap_codes >= min(self.first_chunk_codes, self.chunk_codes):
+            raise ValueError("overlap_codes must be smaller than first_chunk_codes and chunk_codes")
+        if self.beams < 0:
+            raise ValueError(f"beams must be >= 0, got {self.beams}")
+
+
+@dataclass(frozen=True)
 class Preset:
     name: str
     description: str = ""
@@ -107,6 +135,7 @@ class Preset:
     decode: DecodeOptions = field(default_factory=DecodeOptions)
     s2mel: S2MelOptions = field(default_factory=S2MelOptions)
     source: Path | None = None
+    stream: StreamOptions = field(default_factory=StreamOptions)
 
     def build_keys(self) -> dict[str, Any]:
         """What an engine records at build time; a run-time preset must agree on these."""
@@ -175,7 +204,7 @@ def _section(path: Path, data: dict[str, Any], key: str, cls: type) -> Any:
 
 def parse_preset(path: Path) -> Preset:
     data = parse_text_file(path, tomllib.loads, tomllib.TOMLDecodeError, "TOML")
-    known = {"name", "description", "components", "limits", "decode", "s2mel"}
+    known = {"name", "description", "components", "limits", "decode", "s2mel", "stream"}
     for k in data:
         if k not in known:
             raise InputError(
@@ -224,6 +253,11 @@ def parse_preset(path: Path) -> Preset:
         dec.validate()
     except ValueError as e:
         raise InputError(path, f"decode.{e}") from None
+    stream = _section(path, data, "stream", StreamOptions)
+    try:
+        stream.validate()
+    except ValueError as e:
+        raise InputError(path, f"stream: {e}") from None
     return Preset(
         name=str(data.get("name", path.stem)),
         description=str(data.get("description", "")),
@@ -232,4 +266,5 @@ def parse_preset(path: Path) -> Preset:
         decode=dec,
         s2mel=s2,
         source=path,
+        stream=stream,
     )

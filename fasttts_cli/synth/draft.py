@@ -51,6 +51,7 @@ from fasttts_cli import __version__
 from fasttts_cli.audio.tempo import change_tempo, fit_length
 from fasttts_cli.errors import FastTTSError, MissingDependencyError
 from fasttts_cli.spec import engine_folder
+from fasttts_cli.synth.draft_stream import DraftStreaming
 from fasttts_cli.synth.synthesizer import (
     EmotionSpec,
     LinePlan,
@@ -188,8 +189,9 @@ def _piper_text(text: str) -> str:
     return flat.replace("[[", "[ [").replace("]]", "] ]")
 
 
-class DraftSynthesizer:
-    """Synthesizer for the draft voice. It does not clone: every line is spoken by the joe voice."""
+class DraftSynthesizer(DraftStreaming):
+    """Synthesizer for the draft voice. It does not clone: every line is spoken by the joe voice.
+    `stream`: draft_stream (piper's own sentence-by-sentence output)."""
 
     name = "draft"
     clones_voice = False
@@ -402,16 +404,7 @@ class DraftSynthesizer:
     ) -> None:
         """One piper process for the whole batch; `on_audio(j, float32 mono)` for request j as soon as
         piper logs its WAV written (it logs each one when it is closed, in input order)."""
-        cmd = [self.install.python, "-m", "piper", "-m", str(self.install.model)]
-        cmd += ["-c", str(self.install.config)]
-        # Phoneme durations without noise (noise_w 0), always: a render's length then follows from its
-        # length scale alone, so a line fitted by the voice lands near its target instead of drawing a
-        # new timing (with the model's noise_w 0.8, residuals reached 22 % against 6.6 % without it).
-        cmd += ["--noise-w-scale", "0"]
-        if self.deterministic:
-            cmd += ["--noise-scale", "0"]
-        if length_scale is not None:
-            cmd += ["--length-scale", repr(float(length_scale))]
+        cmd = self.command(length_scale)
         stdin = "".join(_piper_text(r.text) + "\n" for r in reqs).encode("utf-8")
         timeout = 60 + 10 * len(reqs) + len(stdin) / 5
         with tempfile.TemporaryDirectory(prefix="fasttts-piper-") as tmp:
@@ -448,10 +441,7 @@ class DraftSynthesizer:
                         got += 1
                 proc.wait()
             finally:
-                timer.cancel()
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
+                reap(proc, timer)
                 feeder.join()
             if timed_out.is_set():
                 raise _PiperFailed(f"piper timed out after {timeout:.0f} s")
@@ -466,11 +456,33 @@ class DraftSynthesizer:
                 for j in range(got, len(reqs)):
                     on_audio(j, self._read(paths[j]))
 
+    def command(self, length_scale: float | None = None) -> list[str]:
+        """The piper command line (`-d DIR` or `--output-raw` goes after it)."""
+        cmd = [self.install.python, "-m", "piper", "-m", str(self.install.model)]
+        cmd += ["-c", str(self.install.config)]
+        # Phoneme durations without noise (noise_w 0), always: a render's length then follows from its
+        # length scale alone, so a line fitted by the voice lands near its target instead of drawing a
+        # new timing (with the model's noise_w 0.8, residuals reached 22 % against 6.6 % without it).
+        cmd += ["--noise-w-scale", "0"]
+        if self.deterministic:
+            cmd += ["--noise-scale", "0"]
+        if length_scale is not None:
+            cmd += ["--length-scale", repr(float(length_scale))]
+        return cmd
+
     def _read(self, path: Path) -> np.ndarray:
         audio, sr = sf.read(path, dtype="float32", always_2d=True)
         if sr != self.sample_rate:
             raise _PiperFailed(f"piper wrote {sr} Hz audio, the voice config says {self.sample_rate}")
         return np.ascontiguousarray(audio.mean(axis=1), dtype=np.float32)
+
+
+def reap(proc: subprocess.Popen[bytes], timer: threading.Timer) -> None:
+    """A piper process's end, however the reading ended: its timeout off, the process killed if alive."""
+    timer.cancel()
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
 
 
 def _feed(proc: subprocess.Popen[bytes], data: bytes) -> None:

@@ -18,6 +18,12 @@ timing solver runs between them, on natural lengths, so the model, not a tempo c
 `renders_to_length = False` (its lines are fitted by tempo change); one with no `plan`/`render` at all
 (an embedding program's own engine) is driven through `plan_rows`/`render_rows`, which treat its
 `synthesize` output as the plan and render it at its natural length only.
+
+Streaming: an engine that can hand a line's audio on while the line is still being made has
+`stream(requests, on_audio, cancelled=None)`: `on_audio(k, samples)` for each piece of row k, in order,
+then one result per request (the whole audio) as `synthesize` returns them; `cancelled(k)` lets it stop
+work on a row nobody listens to. Lines stream at their natural length. `stream_rows` drives any engine:
+one without `stream` hands each line on whole when it is ready.
 """
 
 from __future__ import annotations
@@ -170,6 +176,8 @@ class Synthesizer(Protocol):
 
 
 ResultCallback = Callable[[int, SynthResult], None]
+# (row index in the call, the next samples of that row's audio)
+AudioCallback = Callable[[int, np.ndarray], None]
 # (row index in the call, its result, synthesis seconds attributed to the row)
 RowReport = Callable[[int, SynthResult, float], None]
 PlanReport = Callable[[int, LinePlan, float], None]
@@ -203,6 +211,43 @@ def synthesize_rows(
     engines). `seconds`: for a reporting engine, the time since the previous row was ready (or since the
     call began); otherwise the call's time shared equally, since nothing finer is known."""
     return _rows(synth, synth.synthesize, requests, on_row)
+
+
+def streams(synth: Any) -> bool:
+    """Whether `synth` hands audio on before a line is done (see the module docstring)."""
+    return callable(getattr(synth, "stream", None))
+
+
+def stream_rows(
+    synth: Any,
+    requests: Sequence[SynthRequest],
+    on_audio: AudioCallback,
+    cancelled: Callable[[int], bool] | None = None,
+) -> list[SynthResult]:
+    """`synth.stream(...)` where the engine streams; otherwise `synthesize`, each line handed on whole
+    as the engine reports it ready. The caller's `on_audio` raising stops the call and is re-raised."""
+    if not streams(synth):
+        return whole_rows(synth, requests, on_audio, cancelled)
+    try:
+        return list(synth.stream(requests, on_audio, cancelled=cancelled))
+    except CallbackFailed as e:
+        raise e.error from None
+
+
+def whole_rows(
+    synth: Any,
+    requests: Sequence[SynthRequest],
+    on_audio: AudioCallback,
+    cancelled: Callable[[int], bool] | None = None,
+) -> list[SynthResult]:
+    """`synthesize` (whole lines, no chunk joins) with `stream_rows`' signature: each line handed on
+    once, as the engine reports it ready."""
+
+    def whole(k: int, res: SynthResult, _seconds: float) -> None:
+        if res.ok and not (cancelled is not None and cancelled(k)):
+            on_audio(k, np.asarray(res.audio, np.float32))
+
+    return synthesize_rows(synth, requests, whole)
 
 
 def two_phase(synth: Any) -> bool:

@@ -15,6 +15,8 @@
    per row (finite output, no graph capture failure) and one per target of the issue (H200).
 6. Separation (tools/accept_separation.py): `--separate`'s htdemucs (real architecture, random weights) on
    60 s of audio: time per minute of audio, CUDA peak memory, block-by-block == one pass.
+7. Serving (tools/accept_serve.py, CUDA only): `fasttts serve` at 1, 4, 16 clients, streaming vs whole,
+   server vs processes; goal: first audio under 150 ms at one client.
 One table at the end (tools/acceptance_table.py), written as accept_torch.json to --out or $OUT; the exit
 status is 1 when any check failed. Budget on one H200: about 5 minutes, --quick about 2.
 
@@ -196,6 +198,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--skip-v25", action="store_true", help="no IndexTTS-2.5 checks")
     ap.add_argument("--skip-separation", action="store_true", help="no --separate (htdemucs) timing")
     ap.add_argument("--skip-baseline", action="store_true", help="no eager side in the bench")
+    ap.add_argument("--skip-serve", action="store_true", help="no serving table (fasttts serve, issue 33)")
     ap.add_argument("--batches", default=None, help="default 1,8,16 (--quick 1,16; --sim-cpu 1,2)")
     ap.add_argument("--beam3-batches", default=None, help="also with 3 beams (default 1,16; --sim-cpu 1)")
     ap.add_argument("--tokens", type=int, default=None, help="codes per line (100 = 2 s; --sim-cpu 4)")
@@ -294,6 +297,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         with tempfile.TemporaryDirectory(prefix="fasttts-separation-") as tmp:
             run_separation(table, dev, mode, Path(tmp))
+    if a.skip_serve or dev.type != "cuda":
+        why = "--skip-serve" if a.skip_serve else "CUDA only (the CPU table: benchmarks/serve_bench.py)"
+        table.add("serve bench", False, why, mode="skipped")
+    else:
+        from fasttts_cli.tools.accept_serve import run_serve_checks
+
+        with tempfile.TemporaryDirectory(prefix="fasttts-serve-") as tmp:
+            run_serve_checks(table, Path(tmp), mode)
     table.add("wall time", True, f"{time.perf_counter() - t_start:.0f} s", mode=mode)
     return table.finish(a.out)
 
