@@ -100,12 +100,34 @@ def test_other_platforms_use_wetext_with_the_originals_options(monkeypatch: pyte
     monkeypatch.setitem(sys.modules, "wetext", module)
     monkeypatch.setattr(text_grammar, "_loaded", None)
     monkeypatch.setattr(text_grammar.platform, "system", lambda: "Darwin")
+    monkeypatch.setattr(text_grammar, "_reference_installed", lambda: False)  # no pynini wheel there
     loaded = text_grammar.normalizers()
     assert calls == [
         {"remove_erhua": False, "lang": "zh", "operator": "tn"},
         {"lang": "en", "operator": "tn"},
     ]
     assert loaded.backend.startswith("wetext") and loaded.zh_cache is None
+
+
+@pytest.mark.parametrize("machine", ["aarch64", "x86_64"])
+def test_linux_without_pynini_falls_back_to_wetext(monkeypatch: pytest.MonkeyPatch, machine: str) -> None:
+    """Linux on Arm has no pynini wheel (and a machine may lack the 155 MB wheel): wetext, as off Linux;
+    doctor says it is not the reference path where the reference path could be installed."""
+    module = type(sys)("wetext")
+    module.Normalizer = lambda **kw: kw  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "wetext", module)
+    monkeypatch.setattr(text_grammar, "_loaded", None)
+    monkeypatch.setattr(text_grammar.platform, "system", lambda: "Linux")
+    monkeypatch.setattr(text_grammar.platform, "machine", lambda: machine)
+    versions = {"wetext": "0.1.0"}
+    monkeypatch.setattr(text_grammar, "_version", lambda d: versions.get(d, "unknown"))
+    assert text_grammar.normalizers().backend == "wetext 0.1.0"
+    found, detail, _ = text_grammar.describe()
+    assert found and detail.startswith("wetext 0.1.0")
+    assert ("not the reference path" in detail) == (machine == "x86_64")
+    versions.clear()  # neither installed: doctor names what this platform needs
+    found, detail, hint = text_grammar.describe()
+    assert not found and ("pynini" in detail) == (machine == "x86_64") and "pip install" in hint
 
 
 DRAFT_RUN = """

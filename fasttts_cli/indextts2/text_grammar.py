@@ -118,19 +118,29 @@ def _backend_name() -> str:
     return f"WeTextProcessing {_version('WeTextProcessing')} / pynini {_version('pynini')}"
 
 
+def _reference_installed() -> bool:
+    """Whether the reference path (WeTextProcessing + pynini, the original's Linux path) is installed.
+
+    pynini has wheels only for x86-64 Linux, so elsewhere (macOS, Windows, Linux on Arm, or a machine that
+    cannot take the 155 MB wheel) the original's own fallback, `wetext`, is what a user can have."""
+    return _version("WeTextProcessing") != "unknown" and _version("pynini") != "unknown"
+
+
+def _reference_platform() -> bool:
+    return platform.system() == "Linux" and platform.machine() in ("x86_64", "AMD64")
+
+
 def describe() -> tuple[bool, str, str]:
     """(installed, what and where, how to install) from package metadata alone, for `fasttts doctor`."""
-    linux = platform.system() == "Linux"
-    missing = [
-        d for d in (("WeTextProcessing", "pynini") if linux else ("wetext",)) if _version(d) == "unknown"
-    ]
-    if missing:
-        return False, f"{', '.join(missing)} not installed (IndexTTS engines need it)", _INSTALL_HINT
-    if not linux:
-        return True, f"wetext {_version('wetext')}", ""
-    cache = _zh_cache_dir(_backend_name())
-    state = "cached in" if (cache / "zh_tn_verbalizer.fst").is_file() else "compiled on first use into"
-    return True, f"{_backend_name()}; Chinese grammar {state} {cache}", ""
+    if _reference_installed():
+        cache = _zh_cache_dir(_backend_name())
+        state = "cached in" if (cache / "zh_tn_verbalizer.fst").is_file() else "compiled on first use into"
+        return True, f"{_backend_name()}; Chinese grammar {state} {cache}", ""
+    if _version("wetext") != "unknown":
+        note = " (not the reference path: install WeTextProcessing + pynini for Linux's readings)"
+        return True, f"wetext {_version('wetext')}" + (note if _reference_platform() else ""), ""
+    wanted = "WeTextProcessing, pynini" if _reference_platform() else "wetext"
+    return False, f"{wanted} not installed (IndexTTS engines need it)", _INSTALL_HINT
 
 
 def _load_wetextprocessing() -> Normalizers:
@@ -197,8 +207,12 @@ def normalizers() -> Normalizers:
         with _lock:
             if _loaded is None:
                 with _quiet_logging():
-                    linux = platform.system() == "Linux"
-                    _loaded = _load_wetextprocessing() if linux else _load_wetext()
+                    # The reference path where it is installed (Linux x86-64, as the original);
+                    # otherwise wetext, as the original does off Linux; neither: exit 3 naming both.
+                    use_reference = _reference_installed() or (
+                        _reference_platform() and _version("wetext") == "unknown"
+                    )
+                    _loaded = _load_wetextprocessing() if use_reference else _load_wetext()
     return _loaded
 
 
