@@ -51,7 +51,7 @@ def test_calibrate_engine_folder(parity_case: ParityCase, parity_checkpoint: Pat
     export_pieces_into_engine(engine_dir, dit)
     assert read_manifest(engine_dir).files["s2mel_pieces"] == f"{PIECES_DIR}/pieces.json"
 
-    voice = parity_case.folder / "ref.wav"
+    voice = parity_case.spec / "ref.wav"
     engine = IndexTTS2Engine.load(engine_dir, threads=1)
     rows = engine_rows(engine, [voice], ["HELLO WORLD."], seed=3, max_codes=12)
     # T0 on the pieces == the engine's single-graph CFG step, on the engine's own CFM inputs
