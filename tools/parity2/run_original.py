@@ -26,7 +26,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # The 2.5 oracle's generic helpers (vector store, logits-processor stage, emotion-vector stage) are the same
 # for v2: both call the original's shared model_v2 / HF generate code.
 sys.path.insert(0, os.path.join(HERE, "..", "parity25"))
-from run_original25 import EMO_WEIGHTS, Abort, Store, emotion_vector_stage, processor_stage, rel  # noqa: E402
+from run_original25 import (  # noqa: E402
+    EMO_WEIGHTS,
+    INFER_DEFAULTS,
+    Store,
+    emotion_vector_stage,
+    processor_stage,
+    rel,
+)
+from run_original25 import Forced as Forced25  # noqa: E402
 
 CASES = {
     "vectors_s0": {
@@ -55,16 +63,10 @@ SRC_FILES = (
 )
 
 
-class Forced:
+class Forced(Forced25):
     """inference_speech as infer_v2 calls it (the emotion features land in the `langs` slot, unused in v2),
-    with HF generate forced to the given codes by prefix_allowed_tokens_fn. p1 = P + 1 fake input ids."""
-
-    def __init__(self, gpt, forced, p1):
-        self.gpt, self.forced, self.p1, self.n = gpt, forced, p1, len(forced)
-
-    def allowed(self, batch_id, ids):
-        k = ids.shape[-1] - self.p1
-        return [int(self.forced[k])] if k < self.n else [self.gpt.stop_mel_token]
+    with HF generate forced to the given codes by prefix_allowed_tokens_fn (the 2.5 oracle's `allowed` and
+    `processors`); this `run` also records the prefix and the normed hidden states."""
 
     def _speech(self, spk_cond_emb, text_tokens, emo_cond_emb, emovec, **kw):
         import torch
@@ -76,13 +78,7 @@ class Forced:
             cond_lengths=torch.tensor([spk_cond_emb.shape[-1]]),
             emo_cond_lengths=torch.tensor([emo_cond_emb.shape[-1]]),
             emo_vec=emovec,
-            do_sample=True,
-            top_p=0.8,
-            top_k=30,
-            temperature=0.8,
-            num_return_sequences=1,
-            length_penalty=0.0,
-            repetition_penalty=10.0,
+            **INFER_DEFAULTS,
             **kw,
         )
 
@@ -114,26 +110,6 @@ class Forced:
             for h in hs:
                 h.remove()
         return codes, latent, prep, torch.stack(logits[: self.n + 1]), normed[: self.n + 1]
-
-    def processors(self, num_beams, *inputs):
-        """The processor list HF generate builds at num_beams, with its first call's (input_ids, scores)."""
-        from transformers.generation import logits_process as LP
-
-        seen = {}
-        orig = LP.LogitsProcessorList.__call__
-
-        def spy(self_list, input_ids, scores, **kw):
-            seen.update(procs=list(self_list), input_ids=input_ids.clone(), scores=scores.clone())
-            raise Abort
-
-        LP.LogitsProcessorList.__call__ = spy
-        try:
-            self._speech(*inputs, num_beams=num_beams, max_generate_length=self.n + 1)
-        except Abort:
-            pass
-        finally:
-            LP.LogitsProcessorList.__call__ = orig
-        return seen
 
 
 def check(checks, name, value, ok):
