@@ -53,8 +53,9 @@ FORCED_SEED = 0  # numpy default_rng(0).integers(0, 8192, 20)
 CFM_SEED = 1000003  # torch.manual_seed right before cfm.inference draws its start noise
 DIT_SEED = 2000003  # torch.Generator for the single-call DiT input
 MAX_TOKENS = 120
-# the delta set does not repeat the per-step CFM arrays and the DiT unit tests (they test the same code)
-NOT_REPEATED = ("cfm_step_", "dit_", "ditm_")
+# the delta set does not repeat the per-step CFM arrays (a diagnostic for locating a divergence); its DiT
+# unit tests (stages 4.2, 4.3) run on its own condition, so every test runs on both sets, none skips
+NOT_REPEATED = ("cfm_step_",)
 SRC_FILES = (
     "indextts/infer_v2.py",
     "indextts/gpt/model_v2.py",
