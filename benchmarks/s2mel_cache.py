@@ -34,7 +34,7 @@ from fasttts_cli.indextts2.s2mel_cache.policy import LEVELS
 from fasttts_cli.nets.random_model import dit_config, random_dit
 
 SIZES = {
-    # the parity/tiny checkpoint's DiT shape (config.yaml of ../shared/parity): 64 wide, 3 blocks, 2 heads
+    # the parity/tiny checkpoint's DiT shape (tools/parity2/config.yaml): 64 wide, 3 blocks, 2 heads
     "tiny": dict(hidden=64, depth=3, heads=2, content_dim=64, style_dim=192, wavenet_layers=2),
     # the release config (spec §1.2): 512 wide, 13 blocks, 8 heads, WaveNet 8 layers
     "full": dict(),

@@ -3,7 +3,8 @@
 # the device against the CPU and through both GPU torch presets): a thin wrapper around
 # fasttts_cli/tools/accept_torch.py (2.5: tools/accept_torch25.py; --skip-v25 leaves it out).
 #
-#   bash scripts/gpu-torch-acceptance.sh --prepare     # beforehand, where PyPI works: .whl/ + parity copy
+#   bash scripts/gpu-torch-acceptance.sh --prepare     # beforehand, where PyPI works: .whl/ (the parity
+#                                                      # vectors are in the tree: tests/data/parity)
 #   bash scripts/gpu-torch-acceptance.sh [--quick]     # on the GPU machine (about 5 minutes; --quick 2)
 #   bash scripts/gpu-torch-acceptance.sh --sim-cpu     # the same program on the CPU (what CI runs)
 #

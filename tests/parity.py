@@ -1,7 +1,10 @@
-"""Parity vector sets from the original IndexTTS-2 (see ../shared/parity/README.md).
+"""Parity vector sets from the original IndexTTS-2 (see tools/parity2/README.md).
 
-Every `vectors_*.npz` in $FASTTTS_PARITY_DIR is a case; delta files (`base` / `same_as_base` in the
-sidecar) are resolved against their base, so a new set in the same format runs with no code change.
+Every `vectors_*.npz` in $FASTTTS_PARITY_DIR (default the committed tests/data/parity, made by
+tools/parity2/run_original.py) is a case; delta files (`base` / `same_as_base` in the sidecar) are resolved
+against their base, so a new set in the same format runs with no code change. The checkpoint spec
+(keys.json, make_checkpoint.py, the voices) is taken from the vector folder when it holds one (a complete
+parity folder), else from the committed tools/parity2.
 """
 
 from __future__ import annotations
@@ -19,10 +22,16 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 CACHE = REPO / "tests" / ".cache"
+SPEC2 = REPO / "tools" / "parity2"
 
 
 def parity_dir() -> Path:
-    return Path(os.environ.get("FASTTTS_PARITY_DIR", REPO.parent / "shared" / "parity")).resolve()
+    return Path(os.environ.get("FASTTTS_PARITY_DIR", REPO / "tests" / "data" / "parity")).resolve()
+
+
+def spec_folder(folder: Path) -> Path:
+    """Where the checkpoint spec of the vectors in `folder` lives: beside them, else tools/parity2."""
+    return folder if (folder / "keys.json").is_file() else SPEC2
 
 
 @dataclass
@@ -45,6 +54,11 @@ class ParityCase:
     @property
     def weight_seed(self) -> int:
         return int(self.sidecar["checkpoint"]["weight_seed"])
+
+    @property
+    def spec(self) -> Path:
+        """The folder of this set's checkpoint spec: config.yaml, bpe.model, the voices the sidecar names."""
+        return spec_folder(self.folder)
 
 
 def load_cases(folder: Path | None = None) -> list[ParityCase]:
@@ -72,7 +86,7 @@ def rel(a: Any, b: Any) -> float:
 
 def checkpoint_for(seed: int, folder: Path | None = None) -> Path:
     """Regenerate (once, cached, under a file lock so parallel runs share it) the parity checkpoint."""
-    folder = folder or parity_dir()
+    folder = spec_folder(folder or parity_dir())
     CACHE.mkdir(parents=True, exist_ok=True)
     out = CACHE / f"parity-ckpt-seed{seed}"
     with open(CACHE / f"parity-ckpt-seed{seed}.lock", "w") as lock:

@@ -80,14 +80,33 @@ def test_prepare_prints_carry_and_fails_over_the_limit(
     monkeypatch.setattr(prepare, "download_wheels", fake_download)
     monkeypatch.setattr(prepare, "REPO", tmp_path)
     monkeypatch.setattr(prepare, "tree_bytes", lambda repo=None: 3 * 2**20)
-    argv = ["--out", str(tmp_path / ".whl"), "--parity-out", str(tmp_path / "tests/.cache/parity-src")]
-    argv += ["--parity-src", str(parity_dir())]
+    monkeypatch.delenv("FASTTTS_PARITY_DIR", raising=False)
+    copy = tmp_path / "tests/.cache/parity-src"
+    argv = ["--out", str(tmp_path / ".whl"), "--parity-out", str(copy)]
+    # the repository's own vectors (tests/data/parity + tools/parity2) travel with the tree: nothing copied
     assert prepare.main(argv) == 0
     out = capsys.readouterr().out
-    assert "carry: .whl tests/.cache/parity-src" in out
-    assert {"numpy", "pyyaml", "safetensors", "pytest"} <= set(got[0][1])
-    assert (tmp_path / "tests/.cache/parity-src/make_checkpoint.py").is_file()
-    assert list((tmp_path / "tests/.cache/parity-src").glob("vectors_*.npz"))
+    assert "carry: .whl\n" in out and "parity copy" not in out and not copy.exists()
+    wanted = {
+        "numpy",
+        "pyyaml",
+        "safetensors",
+        "pytest",
+        "soxr",
+        "soundfile",
+        "cffi",
+        "pycparser",
+        "pyloudnorm",
+    }
+    assert wanted <= set(got[0][1])
+    # a vector folder named from outside is copied, complete with its spec (tools/parity2 when it has none)
+    assert not (parity_dir() / "keys.json").is_file()
+    argv += ["--parity-src", str(parity_dir())]
+    assert prepare.main(argv) == 0
+    assert "carry: .whl tests/.cache/parity-src" in capsys.readouterr().out
+    for name in ("make_checkpoint.py", "keys.json", "buffers.npz", "bpe.model", "ref.wav", "emo.wav"):
+        assert (copy / name).is_file(), name
+    assert {p.name for p in copy.glob("vectors_*")} == {p.name for p in parity_dir().glob("vectors_*")}
     assert prepare.main([*argv, "--limit-mib", "4"]) == 1
     assert "over the 4 MiB" in capsys.readouterr().err
 

@@ -80,15 +80,31 @@ def test_a_failed_check_fails_the_run(tmp_path: Path, monkeypatch: pytest.Monkey
 
 
 def test_a_2_5_stage_out_of_bounds_fails_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Also without fugashi (the GPU image has no fugashi + unidic-lite, 47 MB, too much to carry): ja is a
+    skipped row with the reason, es and ar are still spoken, and only the out-of-bounds stage fails."""
+    import sys
+
+    from fasttts_cli.indextts25 import text_japanese
     from fasttts_cli.tools import accept_torch25
 
     monkeypatch.setitem(accept_torch25.WAV_TOL, "fp32", -1.0)  # no audio is that close: the check must fail
+    monkeypatch.setitem(sys.modules, "fugashi", None)  # `import fugashi` raises ImportError, as there
+    text_japanese._tagger.cache_clear()
     argv = ["--sim-cpu", "--threads", "2", "--skip-parity", "--skip-separation", "--batches", "1"]
     argv += ["--beam3-batches", ""]
-    assert accept_torch.main([*argv, "--skip-baseline", "--out", str(tmp_path)]) == 1
+    try:
+        assert accept_torch.main([*argv, "--skip-baseline", "--out", str(tmp_path)]) == 1
+    finally:
+        text_japanese._tagger.cache_clear()
     report = json.loads((tmp_path / "accept_torch.json").read_text())
     bad = [c for c in report["checks"] if not c["ok"] and c["mode"] != "skipped"]
     assert [c["name"] for c in bad] == ["2.5 torch fp32 on cpu vs CPU fp32"] and "audio" in bad[0]["detail"]
+    checks = {c["name"]: c for c in report["checks"]}
+    for preset in accept_torch25.PRESETS.values():
+        ja = checks[f"2.5 speaks ja ({preset})"]
+        assert ja["mode"] == "skipped" and "fugashi" in ja["detail"] and "\n" not in ja["detail"]
+        rest = checks[f"2.5 speaks es/ar ({preset})"]
+        assert rest["ok"] and rest["mode"] == "sim" and rest["detail"].startswith("2 lines"), rest
 
 
 def test_without_a_gpu_the_real_run_fails_with_a_clear_check(tmp_path: Path) -> None:

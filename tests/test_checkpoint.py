@@ -19,7 +19,7 @@ from fasttts_cli.nets.checkpoint import (  # noqa: E402
     load_checkpoint,
 )
 from fasttts_cli.nets.config import ConfigError, load_config  # noqa: E402
-from tests.parity import CACHE, ParityCase, parity_dir  # noqa: E402
+from tests.parity import CACHE, ParityCase  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -200,7 +200,7 @@ def test_bad_emotion_matrix_shape(tiny_copy: Path) -> None:
 def test_parity_checkpoint_loads_strictly(parity_case: ParityCase, parity_checkpoint: Path) -> None:
     m = load_checkpoint(parity_checkpoint)
     # every size from the vector set's own config, so a vector set of another size checks the same
-    g = yaml.safe_load((parity_dir() / "config.yaml").read_text(encoding="utf-8"))["gpt"]
+    g = yaml.safe_load((parity_case.spec / "config.yaml").read_text(encoding="utf-8"))["gpt"]
     c = m.gpt.cfg
     assert (c.model_dim, c.layers, c.heads) == (g["model_dim"], g["layers"], g["heads"])
     assert m.w2v_bert.model.config.hidden_size == 1024  # the original hard-codes this width

@@ -1,4 +1,4 @@
-"""The engine's ONNX stages against the original implementation's vectors (../shared/parity/README.md).
+"""The engine's ONNX stages against the original implementation's vectors (tools/parity2/README.md).
 
 The engine is built (export.py, cpu-fp32) from the regenerated parity checkpoint and cached in
 tests/.cache. Each stage gets the stored inputs and must match the stored outputs (rel < 1e-4, integers
@@ -85,8 +85,8 @@ def test_end_to_end_with_forced_codes_and_noise(
     v = parity_case
     c = v.case
     synth = IndexTTS2Synthesizer.load(parity_engine_dir, cache_dir=tmp_path / "voices")
-    spk = v.folder / c["speaker_wav"]
-    emo_wav = v.folder / c["emotion_wav"]
+    spk = v.spec / c["speaker_wav"]
+    emo_wav = v.spec / c["emotion_wav"]
     spec = EmotionSpec(audio=None if emo_wav == spk else emo_wav, alpha=float(c["emo_alpha_used"]))
     voice = synth.prepare_voice(spk, emotion=spec)
     state = voice.state

@@ -1,4 +1,4 @@
-"""BigVGAN parity with the original (stage 5 of ../shared/parity/README.md), batch == single, round trip."""
+"""BigVGAN parity with the original (stage 5 of tools/parity2/README.md), batch == single, round trip."""
 
 from __future__ import annotations
 

@@ -29,7 +29,7 @@ def _config(ckpt: Path) -> dict:
 
 
 def test_stage_1_1_speaker_audio(parity_case: ParityCase) -> None:
-    path = parity_case.folder / parity_case.case["speaker_wav"]
+    path = parity_case.spec / parity_case.case["speaker_wav"]
     native, sr = features.load_audio_native(path)
     assert sr == int(parity_case["audio_native_sr"])
     assert rel(native, parity_case["audio_native"]) < TOL
@@ -51,7 +51,7 @@ def test_stage_1_2_w2v_features(parity_case: ParityCase) -> None:
 
 
 def test_stage_1_5_prompt_mel(parity_case: ParityCase) -> None:
-    cfg = yaml.safe_load((parity_case.folder / "config.yaml").read_text(encoding="utf-8"))
+    cfg = yaml.safe_load((parity_case.spec / "config.yaml").read_text(encoding="utf-8"))
     mel = features.log_mel(parity_case["audio_22k"][0], features.MelParams.from_config(cfg["s2mel"]))
     assert mel.shape == parity_case["refmel"].shape[1:]
     assert rel(mel, parity_case["refmel"][0]) < TOL
@@ -64,7 +64,7 @@ def test_stage_1_6_campplus_fbank(parity_case: ParityCase) -> None:
 
 
 def test_stage_1_8_emotion_audio(parity_case: ParityCase) -> None:
-    audio = features.load_emotion_audio(parity_case.folder / parity_case.case["emotion_wav"])
+    audio = features.load_emotion_audio(parity_case.spec / parity_case.case["emotion_wav"])
     assert audio.shape == parity_case["audio_emo_16k"].shape[1:]
     assert rel(audio, parity_case["audio_emo_16k"][0]) < TOL
 

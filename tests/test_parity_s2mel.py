@@ -1,4 +1,4 @@
-"""s2mel parity with the original (stages 1.7, 4.1-4.4 of ../shared/parity/README.md), and batch == single."""
+"""s2mel parity with the original (stages 1.7, 4.1-4.4 of tools/parity2/README.md), and batch == single."""
 
 from __future__ import annotations
 

@@ -18,9 +18,9 @@ pytestmark = pytest.mark.parity
 
 
 def _front_end(case: ParityCase) -> TextFrontEnd:
-    path = case.folder / "bpe.model"
+    path = case.spec / "bpe.model"
     if not path.is_file():
-        pytest.skip(f"no bpe.model in {case.folder}")
+        pytest.skip(f"no bpe.model in {case.spec}")
     return TextFrontEnd.load(path)
 
 

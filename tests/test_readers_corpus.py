@@ -4,7 +4,7 @@ Two corpora share one layout (`good/`, `bad/`, `expected.json`, `SOURCES.md`):
 - tests/data/corpus/: files written for this project (untidy on purpose: BOMs, CRLF, CR-only, UTF-16,
   legacy encodings, fansub ASS with signs/karaoke/layers/comments, YouTube auto-captions, damaged files);
 - the real-world corpus from public projects' test data and fansub repositories, kept in
-  $FASTTTS_CORPUS_DIR (default ../shared/subtitle-corpus, beside the checkout like ../shared/parity),
+  $FASTTTS_CORPUS_DIR (default ../shared/subtitle-corpus beside the checkout: not part of the repository),
   because files taken from other repositories are not committed here.
 
 expected.json maps `good/NAME` to {"encoding": codec (legacy files), "no_speech": N (exact, when known),

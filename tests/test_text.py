@@ -12,7 +12,7 @@ import pytest
 from fasttts_cli.indextts2.text import TextFrontEnd, split_segments, tokenize_by_cjk_char
 from fasttts_cli.indextts2.text_grammar import IDENTITY
 from fasttts_cli.indextts2.text_normalize import normalize, use_chinese
-from tests.parity import parity_dir
+from tests.parity import parity_dir, spec_folder
 
 
 @pytest.mark.parametrize(
@@ -113,7 +113,7 @@ def test_split_quick_streaming_keeps_the_first_piece_short() -> None:
 
 @pytest.fixture
 def front_end() -> TextFrontEnd:
-    path = parity_dir() / "bpe.model"
+    path = spec_folder(parity_dir()) / "bpe.model"
     if not path.is_file():
         pytest.skip("no bpe.model in the parity folder")
     return TextFrontEnd.load(path, max_text_tokens=80)

@@ -4,7 +4,7 @@
 runtime cannot drive with a message naming what differs (components.check_manifest), and opens each
 component lazily through the backend registry (folder_sessions), so a caller that only needs the tokenizer
 pays for nothing else. Every stage takes explicit arrays and returns arrays, so each can be compared with
-the original implementation on its own (stage numbers as in ../shared/parity/README.md):
+the original implementation on its own (stage numbers as in tools/parity2/README.md):
 
     1.1-1.8, 3.1-3.3   a voice's conditioning: voice.VoiceFlow over voice_sessions' networks
     3.4 prefix, 3.5 generate (+ sampling), 3.7 latent      the GPT, batched, per-line generators

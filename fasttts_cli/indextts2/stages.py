@@ -54,7 +54,7 @@ class StageTimes:
 
 @runtime_checkable
 class VoiceStages(Protocol):
-    """The per-voice networks (stage numbers as in ../shared/parity/README.md)."""
+    """The per-voice networks (stage numbers as in tools/parity2/README.md)."""
 
     times: StageTimes
     preset: Preset

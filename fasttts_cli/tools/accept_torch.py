@@ -6,7 +6,7 @@
 1. Dependencies: what does not import is installed offline from the carried `.whl/` (tools/prepare.py).
 2. The CUDA-only unit tests of tests/test_torch_backend.py (`pytest -m gpu`: graph replay == eager, fp16
    close to fp32), as one check.
-3. Parity: the parity checkpoint is regenerated from the vectors' folder (make_checkpoint.py) and
+3. Parity: the parity checkpoint is regenerated from the vectors' spec (make_checkpoint.py) and
    `parity_torch.check_case` runs for every vector set at fp32 (TF32 off; the README's 1e-4), fp16 and
    bf16 (`parity_torch.TOLERANCES`), on the device with CUDA graphs: one check per case and precision.
 4. IndexTTS-2.5 (tools/accept_torch25.py): a tiny 2.5 checkpoint on the device against the CPU per
@@ -48,7 +48,7 @@ PRECISIONS = ("fp32", "fp16", "bf16")
 
 
 def parity_source() -> Path:
-    """$FASTTTS_PARITY_DIR, else the carried copy, else ../shared/parity beside the checkout."""
+    """$FASTTTS_PARITY_DIR, else a carried copy, else the repository's own tests/data/parity."""
     if os.environ.get("FASTTTS_PARITY_DIR"):
         return Path(os.environ["FASTTTS_PARITY_DIR"])
     return prepare.PARITY_COPY if prepare.PARITY_COPY.is_dir() else prepare.default_parity_source()
@@ -81,7 +81,8 @@ def parity_checkpoint(folder: Path, seed: int, cache: Path) -> Path:
     """`cache/parity-ckpt-seed{seed}` (the name tests/parity.py uses), regenerated unless complete."""
     out = cache / f"parity-ckpt-seed{seed}"
     if not (out / "make_checkpoint.json").is_file():
-        maker = [sys.executable, str(folder / "make_checkpoint.py"), str(out), "--spec", str(folder)]
+        spec = prepare.parity_spec(folder)
+        maker = [sys.executable, str(spec / "make_checkpoint.py"), str(out), "--spec", str(spec)]
         subprocess.run([*maker, "--seed", str(seed)], check=True, stdout=subprocess.DEVNULL)
     return out
 
@@ -103,7 +104,7 @@ def run_parity(
     from fasttts_cli.tools.parity_torch import check_case
 
     cases = load_parity_cases(folder)[:max_cases]
-    if not cases or not (folder / "make_checkpoint.py").is_file():
+    if not cases or not (prepare.parity_spec(folder) / "make_checkpoint.py").is_file():
         table.add("parity vectors", False, f"no vectors_*.npz / make_checkpoint.py in {folder}", mode=mode)
         return
     models: dict[int, tuple] = {}

@@ -1,4 +1,4 @@
-"""Stage parity of the torch backend against the original's vectors (../shared/parity format).
+"""Stage parity of the torch backend against the original's vectors (tools/parity2 format).
 
 Shared by the CPU tests (fp32, the README's tolerances) and the GPU acceptance script (fp32 with TF32 off,
 then fp16 and bf16 with the tolerances stated in `TOLERANCES`). Every stage is fed the stored inputs:

@@ -5,10 +5,12 @@
 
 The lent GPU machine has Python 3.12, torch and CUDA but no network, and each call carries at most 64 MiB
 of the working tree. This writes two git-ignored folders into the source tree: `.whl/` (cp312 manylinux
-wheels of the small packages the acceptance path imports, none of them torch) and
-`tests/.cache/parity-src/` (a copy of the parity vectors and make_checkpoint.py: the 0.9 GB checkpoint
-is regenerated there, not carried). It prints the `carry` list and the total that would travel (tracked
-and untracked-not-ignored files + the carried folders), and fails when that is over the limit.
+wheels of the small packages the acceptance path imports, none of them torch). The parity vectors are the
+repository's own (tests/data/parity, with the checkpoint spec and make_checkpoint.py in tools/parity2: the
+0.9 GB checkpoint is regenerated on the machine), so they travel with the tree; only a parity folder from
+elsewhere (`--parity-src` or $FASTTTS_PARITY_DIR) is copied, complete, into `tests/.cache/parity-src/`.
+It prints the `carry` list and the total that would travel (tracked and untracked-not-ignored files + the
+carried folders), and fails when that is over the limit.
 
 On the GPU machine the acceptance program calls `ensure_installed`: a module that imports is left alone
 (the machine's own packages win); only the missing ones are installed from `.whl/` with
@@ -30,13 +32,22 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 WHEELS = REPO / ".whl"
 PARITY_COPY = REPO / "tests" / ".cache" / "parity-src"
+PARITY_VECTORS = REPO / "tests" / "data" / "parity"  # made by tools/parity2/run_original.py
+PARITY_SPEC = REPO / "tools" / "parity2"  # keys.json, make_checkpoint.py, the voices
 LIMIT_MIB = 64  # what one device call carries
 # import name -> PyPI name: what the torch acceptance path imports beyond torch (the parity checkpoint's
-# maker needs numpy, safetensors and PyYAML; the CUDA unit tests need pytest and its own dependencies)
+# maker needs numpy, safetensors and PyYAML; the CUDA unit tests need pytest and its own dependencies;
+# the audio front end and loudness need soxr, soundfile (cffi, pycparser) and pyloudnorm). unidic-lite
+# (47 MB, Japanese text) is left out: the 2.5 language check reports ja as skipped without it.
 TORCH_PACKAGES: dict[str, str] = {
     "numpy": "numpy",
     "yaml": "pyyaml",
     "safetensors": "safetensors",
+    "soxr": "soxr",
+    "soundfile": "soundfile",
+    "cffi": "cffi",
+    "pycparser": "pycparser",
+    "pyloudnorm": "pyloudnorm",
     "pytest": "pytest",
     "pluggy": "pluggy",
     "iniconfig": "iniconfig",
@@ -49,7 +60,7 @@ TORCH_PACKAGES: dict[str, str] = {
     "tqdm": "tqdm",
 }
 PARITY_FILES = ("README.md", "keys.json", "buffers.npz", "config.yaml", "bpe.model", "make_checkpoint.py")
-PARITY_GLOBS = ("*.wav", "vectors_*.npz", "vectors_*.json")
+PARITY_GLOBS = ("vectors_*.npz", "vectors_*.json")
 PLATFORMS = (
     "manylinux2014_x86_64",
     "manylinux_2_17_x86_64",
@@ -60,7 +71,12 @@ PLATFORMS = (
 
 def default_parity_source() -> Path:
     env = os.environ.get("FASTTTS_PARITY_DIR")
-    return Path(env) if env else REPO.parent / "shared" / "parity"
+    return Path(env) if env else PARITY_VECTORS
+
+
+def parity_spec(folder: Path) -> Path:
+    """Where the checkpoint spec of the vectors in `folder` lives: beside them, else tools/parity2."""
+    return folder if (folder / "keys.json").is_file() else PARITY_SPEC
 
 
 def download_wheels(dest: Path, packages: Sequence[str], python: str = "3.12") -> None:
@@ -77,13 +93,16 @@ def download_wheels(dest: Path, packages: Sequence[str], python: str = "3.12") -
 
 
 def copy_parity(src: Path, dest: Path) -> list[Path]:
-    missing = [n for n in PARITY_FILES if not (src / n).is_file()]
+    """The vectors of `src` with their spec (beside them, else tools/parity2): one complete folder."""
+    spec = parity_spec(src)
+    missing = [n for n in PARITY_FILES if not (spec / n).is_file()]
     if missing or not list(src.glob("vectors_*.npz")):
         raise FileNotFoundError(
             f"{src}: not a parity folder (missing {', '.join(missing) or 'vectors_*.npz'})"
         )
     dest.mkdir(parents=True, exist_ok=True)
-    files = [src / n for n in PARITY_FILES] + sorted(p for g in PARITY_GLOBS for p in src.glob(g))
+    files = [spec / n for n in PARITY_FILES] + sorted(spec.glob("*.wav"))
+    files += sorted(p for g in PARITY_GLOBS for p in src.glob(g))
     for f in files:
         shutil.copyfile(f, dest / f.name)
     return files
@@ -155,20 +174,31 @@ def main(argv: Sequence[str] | None = None, packages: Mapping[str, str] = TORCH_
         prog="python3 -m fasttts_cli.tools.prepare", description=__doc__.split("\n")[0]
     )
     ap.add_argument("--out", type=Path, default=WHEELS, help=f"wheel folder (default {WHEELS})")
-    ap.add_argument("--parity-src", type=Path, default=None, help="parity folder (default: ../shared/parity)")
+    ap.add_argument(
+        "--parity-src",
+        type=Path,
+        default=None,
+        help="a parity folder to carry (default $FASTTTS_PARITY_DIR; none: the repository's own travel)",
+    )
     ap.add_argument("--parity-out", type=Path, default=PARITY_COPY)
     ap.add_argument("--packages", default="", help="more PyPI names to fetch, comma-separated")
     ap.add_argument("--limit-mib", type=float, default=LIMIT_MIB)
     a = ap.parse_args(argv)
     names = sorted({*packages.values(), *(p.strip() for p in a.packages.split(",") if p.strip())})
+    src = a.parity_src or (
+        Path(os.environ["FASTTTS_PARITY_DIR"]) if os.environ.get("FASTTTS_PARITY_DIR") else None
+    )
     try:
         download_wheels(a.out, names)
-        copy_parity(a.parity_src or default_parity_source(), a.parity_out)
-        carry = carry_paths([a.out, a.parity_out])
+        if src is not None:
+            copy_parity(src, a.parity_out)
+        carry = carry_paths([a.out, a.parity_out] if src is not None else [a.out])
     except (RuntimeError, FileNotFoundError, ValueError) as e:
         print(f"prepare: {e}", file=sys.stderr)
         return 1
-    sizes = {"tree": tree_bytes(), a.out.name: folder_bytes(a.out), "parity copy": folder_bytes(a.parity_out)}
+    sizes = {"tree": tree_bytes(), a.out.name: folder_bytes(a.out)}
+    if src is not None:
+        sizes["parity copy"] = folder_bytes(a.parity_out)
     total = sum(sizes.values())
     for k, v in sizes.items():
         print(f"{k:>12}: {v / 2**20:7.2f} MiB")

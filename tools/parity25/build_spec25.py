@@ -5,12 +5,12 @@
 
 Runs in the reference environment (README.md), because the key names and shapes must be exactly what the
 ORIGINAL modules create: it instantiates them from config.yaml (beside this script) and reads their state
-dicts. Each tensor gets an init rule (the rules of /work/shared/parity/make_checkpoint.py); fixed buffers
+dicts. Each tensor gets an init rule (the rules of tools/parity2/make_checkpoint.py); fixed buffers
 are stored verbatim in buffers25.npz. The tokenizer rank file is built here too (delta spec section 13.2
 option (a)) and stored in keys25.json as a text file, as are the small JSON configs of the layout.
 
 Files whose architecture is the same as in the v2 parity checkpoint (w2v-BERT, CAM++, BigVGAN, the stats,
-the s2mel modules) are cross-checked against /work/shared/parity/keys.json: same keys, shapes and rules,
+the s2mel modules) are cross-checked against tools/parity2/keys.json: same keys, shapes and rules,
 so with the same seed those tensors come out bit-identical to the v2 checkpoint's.
 
 make_checkpoint25.py then needs only numpy, torch (for torch.save), safetensors and PyYAML.
@@ -26,7 +26,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FORMAT = "indextts25-parity-keys/1"
-V2_PARITY = "/work/shared/parity"
+V2_PARITY = os.path.join(HERE, "..", "parity2")  # the v2 spec (keys.json)
 
 # Words and characters the test texts use; each becomes one token (with and without a leading space), so the
 # BPE segmentation is short and realistic. Everything else falls back to single bytes.

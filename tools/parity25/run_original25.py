@@ -117,6 +117,18 @@ class Abort(Exception):
     pass
 
 
+# the sampling settings infer() hands inference_speech by default (the same in v2 and 2.5)
+INFER_DEFAULTS = {
+    "do_sample": True,
+    "top_p": 0.8,
+    "top_k": 30,
+    "temperature": 0.8,
+    "num_return_sequences": 1,
+    "length_penalty": 0.0,
+    "repetition_penalty": 10.0,
+}
+
+
 class Forced:
     """The original inference_speech + HF generate with teacher-forced codes: the allowed-token function
     admits exactly the forced code at each step, then the stop token. p1 = P + 1 fake input ids."""
@@ -144,13 +156,7 @@ class Forced:
             emo_vec=emovec,
             campplus_embedding=style,
             wav=ref,
-            do_sample=True,
-            top_p=0.8,
-            top_k=30,
-            temperature=0.8,
-            num_return_sequences=1,
-            length_penalty=0.0,
-            repetition_penalty=10.0,
+            **INFER_DEFAULTS,
             **kw,
         )
 
