@@ -69,6 +69,13 @@ def voice_file(case: Parity25Case, ckpt: Path, entry: str) -> Path:
     return ckpt / name if (ckpt / name).is_file() else case.spec_folder() / name
 
 
+def parity25_keys(npz: Path) -> set[str]:
+    """The keys a vector set holds, a delta set's inherited ones included (read at collection: names only)."""
+    side = json.loads(npz.with_suffix(".json").read_text(encoding="utf-8"))
+    with np.load(npz, allow_pickle=False) as z:
+        return set(z.files) | set(side.get("same_as_base", []))
+
+
 def load_case25(npz: Path) -> Parity25Case:
     side = json.loads(npz.with_suffix(".json").read_text(encoding="utf-8"))
     with np.load(npz, allow_pickle=False) as z:

@@ -58,6 +58,7 @@ def _assert_loaded(label: str, module: torch.nn.Module, file_state: dict, extras
 
 
 @torch.no_grad()
+@pytest.mark.parity25_needs("s2mel_S_infer")
 def test_loader_is_strict_with_known_extras_only(parity25_case: Parity25Case, parity25_modules) -> None:
     m = parity25_modules
     ckpt = m.paths.gpt.parent

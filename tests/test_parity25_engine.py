@@ -123,6 +123,7 @@ def test_forced_generation_logits_through_the_step_path(
 # ---------------------------------------------------------------------------------------- s2mel
 
 
+@pytest.mark.parity25_needs("s2mel_S_infer", "odd_codes", "odd_S_infer")
 def test_codec_decode(engine: IndexTTS25Engine, parity25_case: Parity25Case) -> None:
     c = parity25_case
     need(c, "s2mel_S_infer", "odd_codes", "odd_S_infer")  # a delta set (emotion audio) repeats no s2mel stage
@@ -139,6 +140,7 @@ def test_codec_decode(engine: IndexTTS25Engine, parity25_case: Parity25Case) -> 
         assert not both[b, n:].any()
 
 
+@pytest.mark.parity25_needs("odd_codes", "s2mel_target_len_df1p0", "odd_target_len_df1p0")
 def test_s2mel_content_at_each_duration_factor_and_the_odd_n(
     engine: IndexTTS25Engine, parity25_case: Parity25Case
 ) -> None:
@@ -159,6 +161,7 @@ def test_s2mel_content_at_each_duration_factor_and_the_odd_n(
         check(c, f"{prefix}_cond_{df_tag(1.0)}", cond, TOL)
 
 
+@pytest.mark.parity25_needs("s2mel_cat_condition")
 def test_cfm_with_the_stored_noise_and_the_vocoder(
     engine: IndexTTS25Engine, parity25_case: Parity25Case
 ) -> None:
@@ -178,6 +181,7 @@ def test_cfm_with_the_stored_noise_and_the_vocoder(
 # ---------------------------------------------------------------------------------------- e2e
 
 
+@pytest.mark.parity25_needs("e2e_wav_int16_df1p0")
 def test_end_to_end_render_to_frames_at_each_duration_factor(
     parity25_engine_dir: Path, parity25_case: Parity25Case, parity25_checkpoint: Path, tmp_path: Path
 ) -> None:

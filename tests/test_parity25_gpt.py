@@ -129,6 +129,7 @@ def test_stage_3_5_forced_generation_logits(parity25_case: Parity25Case, parity2
 
 
 @torch.no_grad()
+@pytest.mark.parity25_needs("emo_vec_weights", "emo_vec_proto_index", "emo_vec_mat", "emo_vec_emovec")
 def test_stage_3_3_emotion_vector_mode(
     parity25_case: Parity25Case, parity25_checkpoint: Path, parity25_modules
 ) -> None:

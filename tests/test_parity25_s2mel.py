@@ -43,6 +43,7 @@ def _int16_close(case: Parity25Case, key: str, wav: torch.Tensor) -> None:
 
 
 @torch.no_grad()
+@pytest.mark.parity25_needs("codec_q_emb")
 def test_stage_4_1_codec_decode_intermediates(parity25_case: Parity25Case, parity25_modules) -> None:
     c, codec = parity25_case, parity25_modules.codec
     codes = tensor(c, "gpt_forced_codes")[None]
@@ -71,6 +72,7 @@ def test_stage_4_1_codec_decode_intermediates(parity25_case: Parity25Case, parit
 
 
 @torch.no_grad()
+@pytest.mark.parity25_needs("s2mel_S_infer", "odd_codes")
 def test_stage_4_2_and_4_3_target_length_and_cond(parity25_case: Parity25Case, parity25_modules) -> None:
     c, m = parity25_case, parity25_modules
     need(c, "s2mel_S_infer", "odd_codes")
@@ -97,6 +99,7 @@ def test_stage_4_2_and_4_3_target_length_and_cond(parity25_case: Parity25Case, p
 
 
 @torch.no_grad()
+@pytest.mark.parity25_needs("s2mel_cat_condition", "cfm_z", "cfm_out_full", "cfm_mel")
 def test_stage_4_4_cfm_with_the_stored_noise(parity25_case: Parity25Case, parity25_modules) -> None:
     c, s2mel = parity25_case, parity25_modules.s2mel
     need(c, "s2mel_cat_condition", "cfm_z", "cfm_out_full", "cfm_mel")
@@ -124,6 +127,7 @@ def test_stage_4_4_cfm_with_the_stored_noise(parity25_case: Parity25Case, parity
 
 
 @torch.no_grad()
+@pytest.mark.parity25_needs("dit_out")
 def test_stage_4_5_dit_calls(parity25_case: Parity25Case, parity25_modules) -> None:
     c, est = parity25_case, parity25_modules.s2mel.cfm.estimator
     inputs = [f"dit_in_{k}" for k in ("x", "prompt_x", "x_lens", "t", "style", "cond")]
@@ -144,6 +148,7 @@ def test_stage_4_5_dit_calls(parity25_case: Parity25Case, parity25_modules) -> N
 
 
 @torch.no_grad()
+@pytest.mark.parity25_needs("cfm_mel", "bigvgan_wav")
 def test_stage_5_bigvgan(parity25_case: Parity25Case, parity25_modules) -> None:
     c, voc = parity25_case, parity25_modules.bigvgan
     need(c, "cfm_mel", "bigvgan_wav")
@@ -180,6 +185,7 @@ def _e2e_conditioning(case: Parity25Case, m, ckpt: Path) -> dict[str, torch.Tens
 
 
 @torch.no_grad()
+@pytest.mark.parity25_needs("e2e_wav_int16_df1p0")
 def test_e2e_wav_at_each_duration_factor(
     parity25_case: Parity25Case, parity25_modules, parity25_checkpoint
 ) -> None:
