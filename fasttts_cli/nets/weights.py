@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from fasttts_cli.errors import FastTTSError, InputError
+from fasttts_cli.spec.text_files import parse_text_file
 
 CHECK_HINT = "check the checkpoint directory or the flag pointing at it"
 
@@ -122,8 +123,12 @@ def safetensors_load(path: Path, hint: str = CHECK_HINT) -> dict[str, torch.Tens
 
 def json_config(path: Path, hint: str = CHECK_HINT) -> dict[str, Any]:
     """A checkpoint's JSON config (an object of keys), through the checkpoint-file guard."""
-    with checkpoint_file(path, hint):
-        data = json.loads(path.read_text(encoding="utf-8"))
+
+    # the project's one reader of text files: "cannot read: ..." / "not valid JSON: ..." naming the file
+    def with_hint(where: object, message: str) -> InputError:
+        return InputError(where, message, hint=hint)
+
+    data = parse_text_file(path, json.loads, json.JSONDecodeError, "JSON", error=with_hint)  # type: ignore[arg-type]
     if not isinstance(data, dict):
         raise InputError(path, f"expected a JSON object of settings, got {type(data).__name__}", hint=hint)
     return data
